@@ -1,0 +1,10 @@
+//! Label keys read from endpoints (llm-d and Kubernetes DisaggregatedSet conventions).
+
+/// Role of an endpoint (llm-d): see [`crate::Role`].
+pub const ROLE: &str = "llm-d.ai/role";
+/// Revision of a disaggregated set an endpoint belongs to.
+pub const DS_REVISION: &str = "disaggregatedset.x-k8s.io/revision";
+/// Role label used by disaggregated sets.
+pub const DS_ROLE: &str = "disaggregatedset.x-k8s.io/role";
+/// Name of the disaggregated set.
+pub const DS_NAME: &str = "disaggregatedset.x-k8s.io/name";

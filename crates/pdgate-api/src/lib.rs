@@ -1,0 +1,19 @@
+//! Wire types shared by every pdgate crate (design.md §1, §5).
+//!
+//! This crate does no IO. It holds the vocabulary (roles, phases), the header and label names,
+//! the OpenAI request view that the router and the simulator both parse bodies into, the
+//! `kv_transfer_params` object of the vLLM NIXL connector, and the OpenAI error body.
+
+pub mod error;
+pub mod headers;
+pub mod kv;
+pub mod labels;
+pub mod openai;
+pub mod phase;
+pub mod role;
+
+pub use error::{ErrorBody, ErrorDetail};
+pub use kv::KvTransferParams;
+pub use openai::{ApiKind, InferenceRequest, PromptInput, RequestError, Usage};
+pub use phase::Phase;
+pub use role::Role;

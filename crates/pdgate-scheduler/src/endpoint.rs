@@ -1,0 +1,184 @@
+//! Endpoints and the snapshot the scheduler reads.
+//!
+//! A [`Snapshot`] is built by discovery outside the pick path and swapped in whole; the pick
+//! path only reads it. Per-endpoint load ([`EndpointLoad`]) lives behind an `Arc` that survives
+//! snapshot rebuilds (discovery carries it over by endpoint name), and is updated in place by
+//! the metrics scraper (engine gauges) and by [`InFlightGuard`] (router bookings).
+
+use pdgate_api::{labels, Role};
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// One model-server target (design.md §1).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Endpoint {
+    /// Unique name, e.g. the pod name, or `<pod>-rank-<i>` for a data-parallel rank.
+    pub name: String,
+    /// `host:port` of the engine's HTTP server.
+    pub address: String,
+    /// Labels (role, revision, …).
+    pub labels: BTreeMap<String, String>,
+    /// Role from the `llm-d.ai/role` label; `None` when unlabeled.
+    pub role: Option<Role>,
+    /// Ready to serve (Kubernetes readiness).
+    pub ready: bool,
+    /// Being deleted; gets no new traffic.
+    pub terminating: bool,
+    /// Data-parallel rank, when the pod runs several.
+    pub dp_rank: Option<u32>,
+}
+
+impl Endpoint {
+    /// An endpoint with the given labels; the role is read from `llm-d.ai/role`
+    /// (an unknown value leaves it `None`; discovery validates labels before this).
+    pub fn new(name: impl Into<String>, address: impl Into<String>, labels: BTreeMap<String, String>) -> Self {
+        let role = labels.get(labels::ROLE).and_then(|r| r.parse().ok());
+        Endpoint {
+            name: name.into(),
+            address: address.into(),
+            labels,
+            role,
+            ready: true,
+            terminating: false,
+            dp_rank: None,
+        }
+    }
+
+    /// Revision label (`disaggregatedset.x-k8s.io/revision`), if any.
+    pub fn revision(&self) -> Option<&str> {
+        self.labels.get(labels::DS_REVISION).map(String::as_str)
+    }
+
+    /// Ready and not terminating: may receive new traffic.
+    pub fn schedulable(&self) -> bool {
+        self.ready && !self.terminating
+    }
+}
+
+/// Live load of one endpoint. Gauges are `f64` stored as bits; NaN means *unknown*
+/// (never scraped, or the engine does not export that gauge), which is never read as 0.
+#[derive(Debug)]
+pub struct EndpointLoad {
+    in_flight: AtomicU32,
+    running: AtomicU64,
+    waiting: AtomicU64,
+    kv_usage: AtomicU64,
+}
+
+impl Default for EndpointLoad {
+    fn default() -> Self {
+        EndpointLoad {
+            in_flight: AtomicU32::new(0),
+            running: AtomicU64::new(f64::NAN.to_bits()),
+            waiting: AtomicU64::new(f64::NAN.to_bits()),
+            kv_usage: AtomicU64::new(f64::NAN.to_bits()),
+        }
+    }
+}
+
+fn read(a: &AtomicU64) -> Option<f64> {
+    let v = f64::from_bits(a.load(Ordering::Relaxed));
+    (!v.is_nan()).then_some(v)
+}
+
+impl EndpointLoad {
+    /// Requests this router has booked on the endpoint and not yet released.
+    pub fn in_flight(&self) -> u32 {
+        self.in_flight.load(Ordering::Relaxed)
+    }
+    /// `vllm:num_requests_running`, if known.
+    pub fn running(&self) -> Option<f64> {
+        read(&self.running)
+    }
+    /// `vllm:num_requests_waiting`, if known.
+    pub fn waiting(&self) -> Option<f64> {
+        read(&self.waiting)
+    }
+    /// `vllm:kv_cache_usage_perc` (0..1), if known.
+    pub fn kv_usage(&self) -> Option<f64> {
+        read(&self.kv_usage)
+    }
+    /// Stores scraped gauges; `None` marks a gauge unknown.
+    pub fn set_scraped(&self, running: Option<f64>, waiting: Option<f64>, kv_usage: Option<f64>) {
+        let w = |a: &AtomicU64, v: Option<f64>| a.store(v.unwrap_or(f64::NAN).to_bits(), Ordering::Relaxed);
+        w(&self.running, running);
+        w(&self.waiting, waiting);
+        w(&self.kv_usage, kv_usage);
+    }
+    /// Queue depth used by load scorers: the larger of the router's live bookings and the
+    /// engine's scraped running + waiting. Bookings are exact and immediate (a burst sees its
+    /// own earlier picks); scraped gauges add load from other clients of the same engine.
+    pub fn queue_depth(&self) -> f64 {
+        let booked = self.in_flight() as f64;
+        match (self.running(), self.waiting()) {
+            (None, None) => booked,
+            (r, w) => booked.max(r.unwrap_or(0.0) + w.unwrap_or(0.0)),
+        }
+    }
+}
+
+/// An endpoint with its live load.
+#[derive(Debug)]
+pub struct EndpointState {
+    /// Identity, labels and readiness.
+    pub endpoint: Endpoint,
+    /// Live load, shared across snapshots.
+    pub load: Arc<EndpointLoad>,
+}
+
+/// The endpoint set the scheduler reads; immutable once built.
+#[derive(Debug, Default)]
+pub struct Snapshot {
+    /// All known endpoints, schedulable or not, in discovery order.
+    pub endpoints: Vec<Arc<EndpointState>>,
+    /// Increases with every rebuild.
+    pub version: u64,
+}
+
+impl Snapshot {
+    /// Looks an endpoint up by name.
+    pub fn get(&self, name: &str) -> Option<&Arc<EndpointState>> {
+        self.endpoints.iter().find(|e| e.endpoint.name == name)
+    }
+}
+
+/// An in-flight booking: +1 on the endpoint's count at pick time, −1 when dropped. Tie it to
+/// the response body so end of stream, error and client disconnect all release it.
+#[derive(Debug)]
+pub struct InFlightGuard {
+    load: Arc<EndpointLoad>,
+}
+
+impl InFlightGuard {
+    /// Books one request on `load`.
+    pub fn book(load: &Arc<EndpointLoad>) -> Self {
+        load.in_flight.fetch_add(1, Ordering::Relaxed);
+        InFlightGuard { load: load.clone() }
+    }
+}
+
+impl Drop for InFlightGuard {
+    fn drop(&mut self) {
+        self.load.in_flight.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn guard_books_and_releases_and_unknown_gauges_stay_unknown() {
+        let load = Arc::new(EndpointLoad::default());
+        assert_eq!(load.kv_usage(), None);
+        let g1 = InFlightGuard::book(&load);
+        let g2 = InFlightGuard::book(&load);
+        assert_eq!(load.in_flight(), 2);
+        assert_eq!(load.queue_depth(), 2.0);
+        load.set_scraped(Some(3.0), Some(4.0), Some(0.25));
+        assert_eq!(load.queue_depth(), 7.0);
+        drop((g1, g2));
+        assert_eq!(load.in_flight(), 0);
+    }
+}
