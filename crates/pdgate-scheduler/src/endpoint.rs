@@ -32,7 +32,11 @@ pub struct Endpoint {
 impl Endpoint {
     /// An endpoint with the given labels; the role is read from `llm-d.ai/role`
     /// (an unknown value leaves it `None`; discovery validates labels before this).
-    pub fn new(name: impl Into<String>, address: impl Into<String>, labels: BTreeMap<String, String>) -> Self {
+    pub fn new(
+        name: impl Into<String>,
+        address: impl Into<String>,
+        labels: BTreeMap<String, String>,
+    ) -> Self {
         let role = labels.get(labels::ROLE).and_then(|r| r.parse().ok());
         Endpoint {
             name: name.into(),
@@ -101,7 +105,9 @@ impl EndpointLoad {
     }
     /// Stores scraped gauges; `None` marks a gauge unknown.
     pub fn set_scraped(&self, running: Option<f64>, waiting: Option<f64>, kv_usage: Option<f64>) {
-        let w = |a: &AtomicU64, v: Option<f64>| a.store(v.unwrap_or(f64::NAN).to_bits(), Ordering::Relaxed);
+        let w = |a: &AtomicU64, v: Option<f64>| {
+            a.store(v.unwrap_or(f64::NAN).to_bits(), Ordering::Relaxed)
+        };
         w(&self.running, running);
         w(&self.waiting, waiting);
         w(&self.kv_usage, kv_usage);

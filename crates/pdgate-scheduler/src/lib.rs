@@ -1,1 +1,40 @@
-//! placeholder
+//! Pure, synchronous scheduling library of pdgate: the llm-d-compatible endpoint picker (EPP).
+//!
+//! - [`Scheduler::from_yaml`] loads an llm-d `EndpointPickerConfig` (same plugin names,
+//!   parameters and defaults as llm-d's router) and injects llm-d's defaults.
+//! - [`Scheduler::schedule`] runs the profile handler over a [`Snapshot`]: screened candidates →
+//!   per-profile filters → weighted scorers → picker, booking the in-flight count at pick time.
+//! - The approximate prefix index ([`prefix::PrefixIndex`]) is fed by the router's own picks.
+//!
+//! No IO, no async, no locks held longer than one index lookup. See README.md for the plugins.
+
+#![warn(missing_docs)]
+
+pub mod config;
+mod endpoint;
+pub mod error;
+pub mod plugin;
+pub mod plugins;
+pub mod prefix;
+pub mod profile;
+pub mod registry;
+pub mod request;
+mod scheduler;
+
+pub use endpoint::{Endpoint, EndpointLoad, EndpointState, InFlightGuard, Snapshot};
+pub use error::{ConfigError, Rejection};
+pub use request::{Pick, RequestCtx, SchedulingRequest, SchedulingResult};
+pub use scheduler::Scheduler;
+
+/// The built-in P/D configuration used when `serve` has no `--config`.
+///
+/// Like llm-d's `pd-epp-config.yaml` (prefill and decode profiles, `disagg-profile-handler`
+/// with `prefix-based-pd-decider` `nonCachedTokens: 16`), with load in the score so that a
+/// prefix shared by every request does not pile traffic on one endpoint: weights follow llm-d's
+/// optimized baseline (prefix 3, queue 2, kv-cache 2). A fleet without prefill endpoints runs
+/// every request aggregated on the decode pick.
+pub const DEFAULT_CONFIG_YAML: &str = include_str!("../configs/default-pd.yaml");
+
+/// Baseline for benchmarks: P/D with `round-robin-picker` in both profiles and
+/// `always-disagg-pd-decider` (every request is split when prefill endpoints exist).
+pub const ROUND_ROBIN_CONFIG_YAML: &str = include_str!("../configs/round-robin-pd.yaml");

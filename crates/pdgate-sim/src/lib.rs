@@ -1,1 +1,57 @@
-//! placeholder
+//! pdgate-sim: a vLLM-compatible engine simulator (design.md §6), many workers per process.
+//!
+//! Each worker is one engine behind an HTTP server: OpenAI `/v1/completions` and
+//! `/v1/chat/completions` (stream and not), `/v1/models`, `/health`, `/metrics` under vLLM's
+//! names, a prefix cache with refcounts and LRU eviction, a continuous-batching step loop
+//! priced by the Dynamo mocker cost model, and the vLLM NIXL P/D handshake over a real HTTP side
+//! channel (`/kv/pull`) that refuses unknown engines, expired or consumed leases, and engines of
+//! another revision. See README.md for flags, the handoff protocol and the fleet file.
+//!
+//! - [`run`]: what `pdgate sim` runs (starts the fleet, serves until ctrl-c).
+//! - [`spawn_worker`] / [`spawn_fleet`]: in-process workers for tests and the demo.
+
+mod cli;
+pub mod config;
+pub mod cost;
+mod engine;
+pub mod fleet;
+pub mod handoff;
+mod http;
+mod metrics;
+mod stats;
+pub mod tokenizer;
+mod worker;
+
+pub use cli::SimArgs;
+pub use config::{SimConfig, WorkerSpec};
+pub use fleet::PlannedWorker;
+pub use stats::WorkerStats;
+pub use worker::{spawn_fleet, spawn_worker, WorkerHandle};
+
+/// Starts the fleet described by `args` and serves until ctrl-c.
+pub async fn run(args: SimArgs) -> anyhow::Result<()> {
+    let cfg = args.config();
+    cfg.validate()?;
+    let plan = args.plan()?;
+    let mut handles = Vec::with_capacity(plan.len());
+    for w in plan {
+        let listener = worker::bind(&args.host, w.port).await?;
+        let h = spawn_worker(w.spec, cfg.clone(), listener).await?;
+        println!(
+            "sim worker {} role={} revision={} engine={} listening on {}",
+            h.name(),
+            h.role(),
+            h.revision().unwrap_or("-"),
+            h.engine_id(),
+            h.url()
+        );
+        handles.push(h);
+    }
+    tracing::info!(workers = handles.len(), model = %cfg.model, speedup = cfg.speedup, "simulator ready");
+    tokio::signal::ctrl_c().await?;
+    tracing::info!("ctrl-c: stopping the simulator");
+    for h in handles {
+        h.shutdown().await;
+    }
+    Ok(())
+}

@@ -1,0 +1,222 @@
+//! `pdgate bench`: command-line flags ([`BenchArgs`]) and [`run`], which loads or generates
+//! the workload, replays it and prints the report.
+
+use crate::chat::{chat_workload, ChatWorkloadConfig};
+use crate::client::first_model;
+use crate::mooncake::{mooncake_work, MOONCAKE_BLOCK_TOKENS};
+use crate::replay::{replay, ReplayConfig};
+use crate::trace::load_mooncake;
+use crate::work::WorkItem;
+use std::path::PathBuf;
+
+/// Names accepted by `--workload`.
+pub const WORKLOADS: &[&str] = &["chat"];
+
+/// Flags of `pdgate bench`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct BenchArgs {
+    /// Base URL of any OpenAI-compatible server.
+    #[arg(long, default_value = "http://127.0.0.1:8000")]
+    pub url: String,
+    /// Mooncake JSONL trace to replay (`timestamp` ms, `input_length`, `output_length`,
+    /// `hash_ids`); replaces --workload.
+    #[arg(long, value_name = "FILE", conflicts_with = "workload")]
+    pub trace: Option<PathBuf>,
+    /// Built-in workload: `chat` (multi-turn chat over shared system prompts).
+    #[arg(long, value_name = "NAME", default_value = "chat")]
+    pub workload: String,
+    /// Arrival times are divided by this; `0` or `inf` = as fast as --concurrency allows.
+    #[arg(long, default_value_t = 1.0, value_parser = parse_speedup)]
+    pub speedup: f64,
+    /// Replay only the first N requests (in arrival order).
+    #[arg(long, value_name = "N")]
+    pub limit: Option<usize>,
+    /// Most requests in flight at once.
+    #[arg(long, value_name = "N", default_value_t = 64, value_parser = parse_concurrency)]
+    pub concurrency: usize,
+    /// `model` of every request; default: the first id of GET {url}/v1/models.
+    #[arg(long)]
+    pub model: Option<String>,
+    /// Cap on each request's output length (`max_tokens`), in tokens.
+    #[arg(long, value_name = "TOKENS")]
+    pub max_output_tokens: Option<u32>,
+    /// Also write the report, with per-request records, as JSON to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+    /// No progress bar (it is also hidden when stderr is not a terminal).
+    #[arg(long)]
+    pub quiet: bool,
+    /// Seed of the built-in workload generators.
+    #[arg(long, default_value_t = 42)]
+    pub seed: u64,
+    /// Extra header on every request, `NAME: VALUE` (repeatable).
+    #[arg(long = "header", value_name = "NAME: VALUE", value_parser = parse_header)]
+    pub headers: Vec<(String, String)>,
+}
+
+fn parse_speedup(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(v) if v >= 0.0 => Ok(v),
+        _ => Err(format!(
+            "`{s}` is not a number >= 0 (use 0 or inf for no pacing)"
+        )),
+    }
+}
+
+fn parse_concurrency(s: &str) -> Result<usize, String> {
+    match s.trim().parse::<usize>() {
+        Ok(v) if v >= 1 => Ok(v),
+        _ => Err(format!("`{s}` is not an integer >= 1")),
+    }
+}
+
+fn parse_header(s: &str) -> Result<(String, String), String> {
+    match s.split_once(':') {
+        Some((name, value)) if !name.trim().is_empty() => {
+            Ok((name.trim().to_string(), value.trim().to_string()))
+        }
+        _ => Err(format!("`{s}` is not `NAME: VALUE`")),
+    }
+}
+
+/// The workload the flags select: the trace (first `--limit` records), or the built-in
+/// workload generated from `--seed` and cut to `--limit` items.
+///
+/// Errors: an unreadable or malformed trace, or an unknown workload name.
+pub fn build_work(args: &BenchArgs) -> anyhow::Result<Vec<WorkItem>> {
+    let mut work = if let Some(path) = &args.trace {
+        mooncake_work(&load_mooncake(path, args.limit)?, MOONCAKE_BLOCK_TOKENS)
+    } else {
+        match args.workload.as_str() {
+            "chat" => chat_workload(&ChatWorkloadConfig {
+                seed: args.seed,
+                ..ChatWorkloadConfig::default()
+            }),
+            other => anyhow::bail!(
+                "unknown workload `{other}` (built-in: {})",
+                WORKLOADS.join(", ")
+            ),
+        }
+    };
+    if let Some(limit) = args.limit {
+        work.truncate(limit);
+    }
+    Ok(work)
+}
+
+/// Runs `pdgate bench`: builds the workload, finds the model, replays, prints the table on
+/// stdout and writes `--json` when asked.
+///
+/// Errors: those of [`build_work`], model discovery, [`replay`], or writing the JSON file.
+pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
+    let work = build_work(&args)?;
+    let model = match &args.model {
+        Some(m) => m.clone(),
+        None => first_model(&reqwest::Client::new(), &args.url).await?,
+    };
+    if !args.quiet {
+        let source = args.trace.as_ref().map_or_else(
+            || format!("workload {}", args.workload),
+            |p| format!("trace {}", p.display()),
+        );
+        eprintln!(
+            "replaying {} requests ({source}) against {} with model {model}",
+            work.len(),
+            args.url
+        );
+    }
+    let cfg = ReplayConfig {
+        speedup: args.speedup,
+        concurrency: args.concurrency,
+        max_output_tokens: args.max_output_tokens,
+        progress: !args.quiet,
+        headers: args.headers.clone(),
+        ..ReplayConfig::new(args.url.clone(), model)
+    };
+    let report = replay(&cfg, work).await?;
+    print!("{}", report.render_table());
+    if let Some(path) = &args.json {
+        let text = serde_json::to_string_pretty(&report)?;
+        std::fs::write(path, text)
+            .map_err(|e| anyhow::anyhow!("writing report {}: {e}", path.display()))?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: BenchArgs,
+    }
+
+    fn parse(argv: &[&str]) -> Result<BenchArgs, clap::Error> {
+        Cli::try_parse_from(std::iter::once("bench").chain(argv.iter().copied())).map(|c| c.args)
+    }
+
+    #[test]
+    fn defaults_and_flags() {
+        let a = parse(&[]).unwrap();
+        assert_eq!(
+            (
+                a.url.as_str(),
+                a.workload.as_str(),
+                a.speedup,
+                a.concurrency,
+                a.seed
+            ),
+            ("http://127.0.0.1:8000", "chat", 1.0, 64, 42)
+        );
+        let a = parse(&[
+            "--trace",
+            "t.jsonl",
+            "--speedup",
+            "inf",
+            "--limit",
+            "5",
+            "--concurrency",
+            "2",
+            "--model",
+            "m",
+            "--max-output-tokens",
+            "16",
+            "--json",
+            "r.json",
+            "--quiet",
+            "--header",
+            "x-a: 1",
+        ])
+        .unwrap();
+        assert_eq!(a.trace, Some(PathBuf::from("t.jsonl")));
+        assert!(a.speedup.is_infinite());
+        assert_eq!(
+            (a.limit, a.concurrency, a.max_output_tokens),
+            (Some(5), 2, Some(16))
+        );
+        assert_eq!(a.headers, vec![("x-a".to_string(), "1".to_string())]);
+        assert!(a.quiet);
+    }
+
+    #[test]
+    fn bad_flags_are_rejected() {
+        assert!(parse(&["--speedup", "-2"]).is_err());
+        assert!(parse(&["--concurrency", "0"]).is_err());
+        assert!(parse(&["--trace", "t", "--workload", "chat"]).is_err());
+        assert!(parse(&["--header", "nocolon"]).is_err());
+    }
+
+    #[test]
+    fn build_work_limits_and_names_unknown_workloads() {
+        let mut a = parse(&["--limit", "7"]).unwrap();
+        assert_eq!(build_work(&a).unwrap().len(), 7);
+        a.workload = "nope".into();
+        assert_eq!(
+            build_work(&a).unwrap_err().to_string(),
+            "unknown workload `nope` (built-in: chat)"
+        );
+    }
+}

@@ -1,0 +1,98 @@
+//! Phase bodies of the vLLM NIXL connector contract (design.md §5.2).
+
+use pdgate_api::{InferenceRequest, KvTransferParams};
+use serde_json::{Map, Value};
+
+/// Field name of the handoff object in request and response bodies.
+pub const KV_TRANSFER_PARAMS: &str = "kv_transfer_params";
+
+/// The prefill leg body: the client body with `kv_transfer_params` set to
+/// [`KvTransferParams::prefill_request_json`], `stream: false`, `stream_options` removed,
+/// `min_tokens` removed, and every token limit (`max_tokens`, `max_completion_tokens`) set
+/// to 1 (`max_tokens` is set even when the client gave none).
+pub fn prefill_body(req: &InferenceRequest) -> Map<String, Value> {
+    let mut body = req.body.clone();
+    body.insert(
+        KV_TRANSFER_PARAMS.into(),
+        KvTransferParams::prefill_request_json(),
+    );
+    body.insert("stream".into(), Value::Bool(false));
+    body.remove("stream_options");
+    body.remove("min_tokens");
+    body.insert("max_tokens".into(), Value::from(1));
+    if body.contains_key("max_completion_tokens") {
+        body.insert("max_completion_tokens".into(), Value::from(1));
+    }
+    body
+}
+
+/// Reads `kv_transfer_params` from a prefill response body.
+///
+/// Errors: the body is not a JSON object or has no `kv_transfer_params` object; the message
+/// says which.
+pub fn kv_params_from_prefill(body: &[u8]) -> Result<Map<String, Value>, String> {
+    let v: Value =
+        serde_json::from_slice(body).map_err(|e| format!("prefill response is not JSON: {e}"))?;
+    match v.get(KV_TRANSFER_PARAMS) {
+        Some(Value::Object(m)) => Ok(m.clone()),
+        Some(_) => Err("prefill response `kv_transfer_params` is not an object".into()),
+        None => Err("prefill response has no `kv_transfer_params`".into()),
+    }
+}
+
+/// The decode leg body: the original client body (stream and token limits as the client sent
+/// them) plus the prefill's `kv_transfer_params`, relayed verbatim; `do_remote_prefill: true`
+/// and `do_remote_decode: false` are added only when the prefill left them out.
+pub fn decode_body(req: &InferenceRequest, mut kv: Map<String, Value>) -> Map<String, Value> {
+    kv.entry("do_remote_prefill").or_insert(Value::Bool(true));
+    kv.entry("do_remote_decode").or_insert(Value::Bool(false));
+    let mut body = req.body.clone();
+    body.insert(KV_TRANSFER_PARAMS.into(), Value::Object(kv));
+    body
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pdgate_api::ApiKind;
+    use serde_json::json;
+
+    fn req(body: Value) -> InferenceRequest {
+        InferenceRequest::parse(ApiKind::Completions, body.to_string().as_bytes()).unwrap()
+    }
+
+    #[test]
+    fn prefill_leg_limits_tokens_and_disables_streaming() {
+        let r = req(
+            json!({"model":"m","prompt":[1,2],"stream":true,"stream_options":{"include_usage":true},
+            "max_tokens":50,"max_completion_tokens":40,"min_tokens":3,"temperature":0.5}),
+        );
+        let b = Value::Object(prefill_body(&r));
+        assert_eq!(
+            b,
+            json!({"model":"m","prompt":[1,2],"stream":false,"max_tokens":1,"max_completion_tokens":1,
+                "temperature":0.5,"kv_transfer_params":{"do_remote_decode":true,"do_remote_prefill":false,
+                "remote_engine_id":null,"remote_block_ids":null,"remote_host":null,"remote_port":null}})
+        );
+    }
+
+    #[test]
+    fn decode_leg_relays_params_verbatim_and_keeps_the_client_body() {
+        let r = req(json!({"model":"m","prompt":"hi","stream":true,"max_tokens":50}));
+        let kv = kv_params_from_prefill(
+            br#"{"id":"x","kv_transfer_params":{"do_remote_prefill":true,"do_remote_decode":false,"remote_engine_id":"e","remote_block_ids":[3,4],"remote_host":"10.0.0.1","remote_port":5600,"tp_size":1,"vendor":{"a":1}}}"#,
+        )
+        .unwrap();
+        let b = Value::Object(decode_body(&r, kv));
+        assert_eq!(
+            b,
+            json!({"model":"m","prompt":"hi","stream":true,"max_tokens":50,"kv_transfer_params":{
+                "do_remote_prefill":true,"do_remote_decode":false,"remote_engine_id":"e","remote_block_ids":[3,4],
+                "remote_host":"10.0.0.1","remote_port":5600,"tp_size":1,"vendor":{"a":1}}})
+        );
+        assert_eq!(
+            kv_params_from_prefill(br#"{"id":"x"}"#).unwrap_err(),
+            "prefill response has no `kv_transfer_params`"
+        );
+    }
+}

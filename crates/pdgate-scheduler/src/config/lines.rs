@@ -1,0 +1,105 @@
+//! Finds YAML lines for error messages by scanning the text (block-style YAML; flow-style
+//! documents just get no line).
+
+use std::ops::Range;
+
+/// Line ranges (0-based, end exclusive) of the items of the top-level sequence `key:`.
+pub fn seq_items(text: &str, key: &str) -> Vec<Range<usize>> {
+    let lines: Vec<&str> = text.lines().collect();
+    let head = format!("{key}:");
+    let Some(start) = lines.iter().position(|l| l.starts_with(&head)) else {
+        return Vec::new();
+    };
+    let mut items: Vec<Range<usize>> = Vec::new();
+    let mut indent = None;
+    for (i, line) in lines.iter().enumerate().skip(start + 1) {
+        let t = line.trim_start();
+        if t.is_empty() || t.starts_with('#') {
+            continue;
+        }
+        let d = line.len() - t.len();
+        let is_item = t.starts_with("- ") || t == "-";
+        match indent {
+            None if is_item => indent = Some(d),
+            None => break,
+            Some(di) if d < di || (d == di && !is_item) => break,
+            Some(_) => {}
+        }
+        if Some(d) == indent && is_item {
+            items.push(i..i + 1);
+        } else if let Some(last) = items.last_mut() {
+            last.end = i + 1;
+        }
+    }
+    items
+}
+
+/// 1-based line of the dotted `path` (e.g. `parameters.deciders.prefill`) inside `range`,
+/// matching each segment as a `key:` after the previous one; the deepest segment found.
+pub fn find_path(text: &str, range: &Range<usize>, path: &str) -> Option<usize> {
+    let mut from = range.start;
+    let mut found = None;
+    for seg in path.split('.') {
+        let head = format!("{seg}:");
+        let hit = text
+            .lines()
+            .enumerate()
+            .skip(from)
+            .take(range.end.saturating_sub(from))
+            .find(|(_, l)| l.trim_start().trim_start_matches("- ").starts_with(&head));
+        match hit {
+            Some((i, _)) => {
+                found = Some(i + 1);
+                from = i + 1;
+            }
+            None => break,
+        }
+    }
+    found
+}
+
+/// 1-based line inside `range` of `key: value` (value possibly quoted).
+pub fn find_key_value(text: &str, range: &Range<usize>, key: &str, value: &str) -> Option<usize> {
+    let head = format!("{key}:");
+    text.lines()
+        .enumerate()
+        .skip(range.start)
+        .take(range.len())
+        .find_map(|(i, l)| {
+            let rest = l
+                .trim_start()
+                .trim_start_matches("- ")
+                .strip_prefix(&head)?;
+            let v = rest
+                .split('#')
+                .next()
+                .unwrap_or("")
+                .trim()
+                .trim_matches(|c| c == '"' || c == '\'');
+            (v == value).then_some(i + 1)
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const DOC: &str = "kind: X\nplugins:\n- type: a\n  parameters:\n    deciders:\n      prefill: p\n# c\n- type: b\nschedulingProfiles:\n  - name: x\n    plugins:\n    - pluginRef: a\n";
+
+    #[test]
+    fn finds_items_paths_and_refs() {
+        let items = seq_items(DOC, "plugins");
+        assert_eq!(items, vec![2..6, 7..8]);
+        assert_eq!(
+            find_path(DOC, &items[0], "parameters.deciders.prefill"),
+            Some(6)
+        );
+        assert_eq!(find_path(DOC, &items[0], "parameters.nope"), Some(4));
+        let profiles = seq_items(DOC, "schedulingProfiles");
+        assert_eq!(profiles, vec![9..12]);
+        assert_eq!(
+            find_key_value(DOC, &profiles[0], "pluginRef", "a"),
+            Some(12)
+        );
+    }
+}

@@ -1,0 +1,59 @@
+//! Errors: [`ConfigError`] at load time, [`Rejection`] at schedule time.
+
+use std::fmt;
+
+/// Where a configuration error sits: the plugin entry it concerns.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PluginRef {
+    /// Plugin name (defaults to its type).
+    pub name: String,
+    /// Plugin type, e.g. `queue-scorer`.
+    pub plugin_type: String,
+}
+
+/// An `EndpointPickerConfig` that cannot be loaded.
+///
+/// Display: `<source>: line L: plugin `name` (type `t`): <message>`; the line and plugin parts
+/// are left out when unknown or not about one plugin (e.g. a profile error names the profile in
+/// the message). Lines are 1-based, from serde_yaml_ng's location or from the plugin entry.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub struct ConfigError {
+    /// The file name given to [`crate::Scheduler::from_yaml`].
+    pub source_name: String,
+    /// 1-based YAML line, when known.
+    pub line: Option<usize>,
+    /// The plugin entry at fault, when the error is about one.
+    pub plugin: Option<PluginRef>,
+    /// What is wrong, e.g. "unknown field `x`, expected one of `a`, `b`".
+    pub message: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: ", self.source_name)?;
+        if let Some(line) = self.line {
+            write!(f, "line {line}: ")?;
+        }
+        if let Some(p) = &self.plugin {
+            write!(f, "plugin `{}` (type `{}`): ", p.name, p.plugin_type)?;
+        }
+        f.write_str(&self.message)
+    }
+}
+
+/// Why a request got no endpoint. The server maps variants to statuses (design.md §5.5).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Rejection {
+    /// The snapshot holds no schedulable (Ready, not terminating) endpoint → 503.
+    #[error("no schedulable endpoints")]
+    NoEndpoints,
+    /// The profile's filters left no candidate → 429 with `x-llm-d-request-dropped-reason`.
+    #[error("scheduling profile `{profile}`: filters left no endpoint")]
+    Saturated {
+        /// The profile whose filters emptied the candidate set.
+        profile: String,
+    },
+    /// A header named a profile the config does not define → 400.
+    #[error("unknown scheduling profile `{0}`")]
+    UnknownProfile(String),
+}

@@ -1,0 +1,135 @@
+//! `approx-prefix-cache-producer` — the router's own approximate prefix index.
+//!
+//! - **Type:** `approx-prefix-cache-producer`
+//! - **Extension points:** data producer (per-request block hashes, read by
+//!   `prefix-cache-scorer` and `prefix-based-pd-decider`), PreRequest (records picks).
+//! - **Parameters:** `blockSizeTokens` (alias `blockSize`, tokens per block, default 16);
+//!   `maxPrefixBlocksToMatch` (default 256); `maxPrefixTokensToMatch` (tokens, default 0 =
+//!   unset; when > 0 the block cap is `maxPrefixTokensToMatch / blockSizeTokens`);
+//!   `lruCapacityPerServer` (blocks per endpoint, default 31250); `autoTune` (default true).
+//! - **Inputs:** the prompt (token ids, or text at 4 bytes per token: `blockSizeTokens × 4`
+//!   bytes per block) and the model name (seeds the hash chain).
+//! - **Outputs:** after each pick, the prompt's full blocks are recorded on the decode (or
+//!   aggregated) endpoint and, when split, on the prefill endpoint.
+//! - **Limitations:** approximate — it learns only from this router's decisions, not from
+//!   engine evictions; `autoTune` is accepted but has no effect (pdgate does not read the
+//!   engines' block size or capacity yet); llm-d clamps small text block sizes, pdgate does not.
+//!   Source: llm-d approx-prefix-cache-producer.
+
+use crate::plugin::PreRequest;
+use crate::prefix::{BlockHasher, PrefixIndex};
+use crate::registry::{decode, effective, BuildCtx, Built, PluginError, PluginType, Stage};
+use crate::request::{RequestCtx, SchedulingResult};
+use serde::{Deserialize, Serialize};
+use serde_yaml_ng::Value;
+use std::sync::Arc;
+
+/// Registry entry.
+pub const TYPE: PluginType = PluginType {
+    name: "approx-prefix-cache-producer",
+    stage: Stage::Producer,
+    build,
+};
+
+/// Parameters (llm-d names and defaults).
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase", default)]
+pub struct Params {
+    /// Tokens per block (default 16).
+    #[serde(alias = "blockSize")]
+    pub block_size_tokens: usize,
+    /// Cap on blocks hashed per prompt (default 256).
+    pub max_prefix_blocks_to_match: usize,
+    /// Cap in tokens; 0 = unset. When set it overrides `maxPrefixBlocksToMatch`.
+    pub max_prefix_tokens_to_match: usize,
+    /// Blocks remembered per endpoint (default 31250).
+    pub lru_capacity_per_server: usize,
+    /// llm-d: derive block size and capacity from engine metrics. Accepted; no effect yet.
+    pub auto_tune: bool,
+}
+
+impl Default for Params {
+    fn default() -> Self {
+        Params {
+            block_size_tokens: 16,
+            max_prefix_blocks_to_match: 256,
+            max_prefix_tokens_to_match: 0,
+            lru_capacity_per_server: 31250,
+            auto_tune: true,
+        }
+    }
+}
+
+impl Params {
+    /// The effective block cap.
+    pub fn max_blocks(&self) -> usize {
+        if self.max_prefix_tokens_to_match > 0 {
+            (self.max_prefix_tokens_to_match / self.block_size_tokens.max(1)).max(1)
+        } else {
+            self.max_prefix_blocks_to_match
+        }
+    }
+}
+
+/// The producer: owns the index and records picks into it.
+#[derive(Debug)]
+pub struct ApproxPrefixCacheProducer {
+    index: Arc<PrefixIndex>,
+}
+
+impl PreRequest for ApproxPrefixCacheProducer {
+    fn pre_request(&self, ctx: &RequestCtx<'_>, result: &SchedulingResult) {
+        let hashes = ctx.block_hashes(&self.index);
+        self.index
+            .record(&result.decode.endpoint.endpoint.name, hashes);
+        if let Some(p) = &result.prefill {
+            self.index.record(&p.endpoint.endpoint.name, hashes);
+        }
+    }
+}
+
+fn build(params: Option<&Value>, ctx: &mut BuildCtx<'_>) -> Result<Built, PluginError> {
+    let p: Params = decode(params)?;
+    for (field, v) in [
+        ("blockSizeTokens", p.block_size_tokens),
+        ("maxPrefixBlocksToMatch", p.max_prefix_blocks_to_match),
+        ("lruCapacityPerServer", p.lru_capacity_per_server),
+    ] {
+        if v == 0 {
+            return Err(PluginError::invalid(field, "must be greater than 0"));
+        }
+    }
+    let hasher = BlockHasher {
+        block_tokens: p.block_size_tokens,
+        max_blocks: p.max_blocks(),
+    };
+    let index = Arc::new(PrefixIndex::new(
+        ctx.next_slot,
+        hasher,
+        p.lru_capacity_per_server,
+    ));
+    ctx.next_slot += 1;
+    Ok(Built {
+        pre_request: Some(Arc::new(ApproxPrefixCacheProducer {
+            index: index.clone(),
+        })),
+        index: Some(index),
+        params: effective(&p),
+        ..Built::default()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn token_cap_overrides_block_cap() {
+        let p = Params {
+            max_prefix_tokens_to_match: 16384,
+            ..Params::default()
+        };
+        assert_eq!(p.max_blocks(), 1024);
+        assert_eq!(Params::default().max_blocks(), 256);
+    }
+}

@@ -1,0 +1,63 @@
+//! `decode-filter` — keeps endpoints that may run the Decode phase.
+//!
+//! - **Type:** `decode-filter`
+//! - **Extension points:** Filter
+//! - **Parameters:** none.
+//! - **Inputs:** the endpoint's role (label `llm-d.ai/role`).
+//! - **Outputs:** candidates whose role is `decode`, `prefill-decode` (`both`) or
+//!   `encode-prefill-decode`, and endpoints with no role label (llm-d: unlabeled = decode).
+//! - **Limitations:** an unknown role value counts as no role, so it passes.
+
+use crate::plugin::{Candidates, Filter};
+use crate::registry::{decode, BuildCtx, Built, NoParams, PluginError, PluginType, Stage};
+use crate::request::RequestCtx;
+use serde_yaml_ng::Value;
+use std::sync::Arc;
+
+/// Registry entry.
+pub const TYPE: PluginType = PluginType {
+    name: "decode-filter",
+    stage: Stage::Consumer,
+    build,
+};
+
+/// The filter.
+#[derive(Debug, Default)]
+pub struct DecodeFilter;
+
+impl Filter for DecodeFilter {
+    fn filter(&self, _ctx: &RequestCtx<'_>, candidates: &mut Candidates<'_>) {
+        candidates.retain(|e| e.endpoint.role.is_none_or(|r| r.can_decode()));
+    }
+}
+
+fn build(params: Option<&Value>, _: &mut BuildCtx<'_>) -> Result<Built, PluginError> {
+    decode::<NoParams>(params)?;
+    Ok(Built {
+        filter: Some(Arc::new(DecodeFilter)),
+        ..Built::default()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plugins::testutil::{ep, with_ctx};
+    use pdgate_api::PromptInput;
+
+    #[test]
+    fn keeps_decode_capable_and_unlabeled() {
+        let eps = [
+            ep("p", Some("prefill")),
+            ep("d", Some("decode")),
+            ep("b", Some("both")),
+            ep("n", None),
+        ];
+        let mut c: Candidates<'_> = eps.iter().collect();
+        with_ctx(&PromptInput::Tokens(vec![]), |ctx| {
+            DecodeFilter.filter(ctx, &mut c)
+        });
+        let names: Vec<&str> = c.iter().map(|e| e.endpoint.name.as_str()).collect();
+        assert_eq!(names, ["d", "b", "n"]);
+    }
+}

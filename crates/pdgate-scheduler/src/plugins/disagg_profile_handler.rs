@@ -1,0 +1,143 @@
+//! `disagg-profile-handler` — P/D: decode first, then prefill when the decider says so.
+//!
+//! - **Type:** `disagg-profile-handler`
+//! - **Extension points:** ProfileHandler
+//! - **Parameters:** `profiles.decode` (default `decode`), `profiles.prefill` (default
+//!   `prefill`), `profiles.encode` (default `encode`); `deciders.prefill` (name of a decider
+//!   plugin; absent = never split); `deciders.encode` (validated, not run yet).
+//! - **Inputs:** the decode and prefill profiles; the prefill decider.
+//! - **Outputs:** runs the decode profile (its rejection is the request's); asks the prefill
+//!   decider with the decode pick; if it splits, runs the prefill profile → prefill pick
+//!   (phase `Prefill`) + decode pick (phase `Decode`). Otherwise — no decider, decider says no,
+//!   no prefill profile, or the prefill filters leave nothing (no prefill endpoints) — the
+//!   decode pick alone with phase `Aggregated` (llm-d DisaggProfileHandler, fail open).
+//! - **Limitations:** no encode stage yet; a prefill-profile saturation falls back to
+//!   aggregated rather than rejecting.
+
+use crate::error::Rejection;
+use crate::plugin::{Decider, ProfileHandler, ProfileRunner};
+use crate::registry::{decode, effective, BuildCtx, Built, PluginError, PluginType, Stage};
+use crate::request::{RequestCtx, SchedulingResult};
+use pdgate_api::Phase;
+use serde::{Deserialize, Serialize};
+use serde_yaml_ng::Value;
+use std::sync::Arc;
+
+/// Registry entry.
+pub const TYPE: PluginType = PluginType {
+    name: "disagg-profile-handler",
+    stage: Stage::Handler,
+    build,
+};
+
+/// Parameters.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Params {
+    /// Profile names.
+    pub profiles: ProfileNames,
+    /// Decider plugin names.
+    pub deciders: DeciderNames,
+}
+
+/// `profiles`: names of the stage profiles.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ProfileNames {
+    /// Decode profile (default `decode`).
+    pub decode: String,
+    /// Prefill profile (default `prefill`).
+    pub prefill: String,
+    /// Encode profile (default `encode`).
+    pub encode: String,
+}
+
+impl Default for ProfileNames {
+    fn default() -> Self {
+        ProfileNames {
+            decode: "decode".into(),
+            prefill: "prefill".into(),
+            encode: "encode".into(),
+        }
+    }
+}
+
+/// `deciders`: decider plugin names per optional stage.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DeciderNames {
+    /// Prefill decider; absent = P/D disabled.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prefill: Option<String>,
+    /// Encode decider (not run yet).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub encode: Option<String>,
+}
+
+/// The handler.
+pub struct DisaggProfileHandler {
+    decode: String,
+    prefill: String,
+    prefill_decider: Option<Arc<dyn Decider>>,
+}
+
+impl ProfileHandler for DisaggProfileHandler {
+    fn handle(
+        &self,
+        ctx: &RequestCtx<'_>,
+        runner: &dyn ProfileRunner,
+    ) -> Result<SchedulingResult, Rejection> {
+        let mut decode = runner.run(ctx, &self.decode)?;
+        let split = runner.has_profile(&self.prefill)
+            && self
+                .prefill_decider
+                .as_ref()
+                .is_some_and(|d| d.should_split(ctx, &decode.endpoint));
+        if split {
+            match runner.run(ctx, &self.prefill) {
+                Ok(mut prefill) => {
+                    prefill.phase = Phase::Prefill;
+                    decode.phase = Phase::Decode;
+                    return Ok(SchedulingResult {
+                        prefill: Some(prefill),
+                        decode,
+                    });
+                }
+                Err(Rejection::Saturated { .. }) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        decode.phase = Phase::Aggregated;
+        Ok(SchedulingResult {
+            prefill: None,
+            decode,
+        })
+    }
+}
+
+fn build(params: Option<&Value>, ctx: &mut BuildCtx<'_>) -> Result<Built, PluginError> {
+    let p: Params = decode(params)?;
+    if !ctx.profiles.contains(&p.profiles.decode) {
+        return Err(PluginError::invalid(
+            "profiles.decode",
+            format!("scheduling profile `{}` is not defined", p.profiles.decode),
+        ));
+    }
+    let prefill_decider = match &p.deciders.prefill {
+        Some(name) => Some(ctx.decider(name, "deciders.prefill")?),
+        None => None,
+    };
+    if let Some(name) = &p.deciders.encode {
+        ctx.decider(name, "deciders.encode")?;
+    }
+    let handler = DisaggProfileHandler {
+        decode: p.profiles.decode.clone(),
+        prefill: p.profiles.prefill.clone(),
+        prefill_decider,
+    };
+    Ok(Built {
+        handler: Some(Arc::new(handler)),
+        params: effective(&p),
+        ..Built::default()
+    })
+}

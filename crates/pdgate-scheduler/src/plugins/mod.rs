@@ -1,0 +1,19 @@
+//! Built-in plugins, one module each, named after their llm-d type.
+
+pub mod always_disagg_pd_decider;
+pub mod approx_prefix_cache_producer;
+pub mod decode_filter;
+pub mod disagg_profile_handler;
+pub mod kv_cache_utilization_scorer;
+pub mod load_aware_scorer;
+pub mod max_score_picker;
+pub mod prefill_filter;
+pub mod prefix_based_pd_decider;
+pub mod prefix_cache_scorer;
+pub mod queue_scorer;
+pub mod random_picker;
+pub mod round_robin_picker;
+pub mod single_profile_handler;
+
+#[cfg(test)]
+pub(crate) mod testutil;

@@ -1,0 +1,31 @@
+//! Helpers for plugin unit tests.
+
+use crate::endpoint::{Endpoint, EndpointLoad, EndpointState};
+use crate::request::{RequestCtx, SchedulingRequest};
+use pdgate_api::PromptInput;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// An endpoint named `name` with optional role label.
+pub fn ep(name: &str, role: Option<&str>) -> Arc<EndpointState> {
+    let mut labels = BTreeMap::new();
+    if let Some(r) = role {
+        labels.insert(pdgate_api::labels::ROLE.to_string(), r.to_string());
+    }
+    Arc::new(EndpointState {
+        endpoint: Endpoint::new(name, format!("{name}:8000"), labels),
+        load: Arc::new(EndpointLoad::default()),
+    })
+}
+
+/// Runs `f` with a context for a token prompt.
+pub fn with_ctx<R>(prompt: &PromptInput, f: impl FnOnce(&RequestCtx<'_>) -> R) -> R {
+    let req = SchedulingRequest {
+        request_id: "r",
+        model: "m",
+        prompt,
+        profile: None,
+    };
+    let ctx = RequestCtx::new(&req, 4);
+    f(&ctx)
+}

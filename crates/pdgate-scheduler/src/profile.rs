@@ -1,0 +1,68 @@
+//! A scheduling profile: filters → weighted scorers → one picker (design.md §4).
+
+use crate::endpoint::{EndpointState, Snapshot};
+use crate::error::Rejection;
+use crate::plugin::{Candidates, Filter, Picker, Scorer};
+use crate::request::RequestCtx;
+use std::sync::Arc;
+
+/// One named chain that picks the endpoint for one phase.
+pub struct Profile {
+    /// Profile name, e.g. `decode`.
+    pub name: String,
+    /// Filters, in config order.
+    pub filters: Vec<Arc<dyn Filter>>,
+    /// Scorers with their weights (config `weight`, default 1).
+    pub scorers: Vec<(Arc<dyn Scorer>, f64)>,
+    /// The picker (`max-score-picker` when the config names none).
+    pub picker: Arc<dyn Picker>,
+}
+
+impl Profile {
+    /// Picks one endpoint of `snapshot`.
+    ///
+    /// Candidates are the schedulable endpoints; filters run in order and stop when nothing is
+    /// left; each scorer's output is clamped to [0, 1] (NaN → 0), multiplied by its weight and
+    /// summed; the picker chooses from the sums.
+    ///
+    /// Errors: [`Rejection::NoEndpoints`] when no endpoint is schedulable;
+    /// [`Rejection::Saturated`] when the filters leave nothing.
+    pub fn run<'s>(
+        &self,
+        ctx: &RequestCtx<'_>,
+        snapshot: &'s Snapshot,
+    ) -> Result<&'s Arc<EndpointState>, Rejection> {
+        let mut candidates: Candidates<'s> = snapshot
+            .endpoints
+            .iter()
+            .filter(|e| e.endpoint.schedulable())
+            .collect();
+        if candidates.is_empty() {
+            return Err(Rejection::NoEndpoints);
+        }
+        let saturated = || Rejection::Saturated {
+            profile: self.name.clone(),
+        };
+        for f in &self.filters {
+            f.filter(ctx, &mut candidates);
+            if candidates.is_empty() {
+                return Err(saturated());
+            }
+        }
+        let mut total = vec![0.0; candidates.len()];
+        let mut one = vec![0.0; candidates.len()];
+        for (scorer, weight) in &self.scorers {
+            one.fill(0.0);
+            scorer.score(ctx, &candidates, &mut one);
+            for (t, s) in total.iter_mut().zip(&one) {
+                let s = if s.is_nan() { 0.0 } else { s.clamp(0.0, 1.0) };
+                *t += weight * s;
+            }
+        }
+        let i = self
+            .picker
+            .pick(&candidates, &total)
+            .ok_or_else(saturated)?;
+        candidates.get(i).copied().ok_or_else(saturated)
+    }
+}

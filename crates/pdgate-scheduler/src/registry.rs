@@ -1,0 +1,230 @@
+//! Plugin registry: llm-d plugin type name → factory.
+//!
+//! A factory decodes its `parameters` strictly (serde `deny_unknown_fields`; absent parameters
+//! mean all defaults) and returns a [`Built`] plugin holding the extension points it
+//! implements plus its effective parameters (defaults filled in) for `effective_config_yaml`.
+
+use crate::plugin::{Decider, Filter, Picker, PreRequest, ProfileHandler, Scorer};
+use crate::plugins;
+use crate::prefix::PrefixIndex;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use serde_yaml_ng::Value;
+use std::sync::Arc;
+
+/// Build order: producers first (consumers look them up), handlers last (they look deciders up).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Stage {
+    /// Data producers (`approx-prefix-cache-producer`).
+    Producer,
+    /// Filters, scorers, pickers, deciders.
+    Consumer,
+    /// Profile handlers.
+    Handler,
+}
+
+/// A built plugin: the extension points it implements.
+#[derive(Default)]
+pub struct Built {
+    /// Filter extension point.
+    pub filter: Option<Arc<dyn Filter>>,
+    /// Scorer extension point.
+    pub scorer: Option<Arc<dyn Scorer>>,
+    /// Picker extension point.
+    pub picker: Option<Arc<dyn Picker>>,
+    /// Decider extension point.
+    pub decider: Option<Arc<dyn Decider>>,
+    /// Profile-handler extension point.
+    pub handler: Option<Arc<dyn ProfileHandler>>,
+    /// PreRequest hook.
+    pub pre_request: Option<Arc<dyn PreRequest>>,
+    /// Prefix index, for producers.
+    pub index: Option<Arc<PrefixIndex>>,
+    /// Effective parameters (`Value::Null` for plugins without parameters).
+    pub params: Value,
+}
+
+/// A parameter error. `path` is the dotted path inside `parameters` shown in the message
+/// (`None` for the parameters object itself); `key` is the dotted path used to find the YAML
+/// line (for an unknown field, the unknown key itself).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PluginError {
+    /// Dotted path shown in the message.
+    pub path: Option<String>,
+    /// Dotted path of the offending key, for the line.
+    pub key: Option<String>,
+    /// What is wrong.
+    pub message: String,
+}
+
+impl PluginError {
+    /// An invalid value of `field` (dotted path inside `parameters`).
+    pub fn invalid(field: &str, message: impl Into<String>) -> Self {
+        PluginError {
+            path: Some(field.to_string()),
+            key: Some(field.to_string()),
+            message: message.into(),
+        }
+    }
+}
+
+/// What a factory may look up: plugins built so far and the configured profile names.
+pub struct BuildCtx<'a> {
+    /// `(name, type, plugin)` of the plugins built so far, in build order.
+    pub built: &'a [(String, String, Built)],
+    /// Names of the scheduling profiles (after default injection).
+    pub profiles: &'a [String],
+    /// Slot for the next prefix producer.
+    pub next_slot: usize,
+}
+
+impl BuildCtx<'_> {
+    /// The prefix index of producer `name`, or of the first producer when `name` is `None`.
+    pub fn producer(
+        &self,
+        name: Option<&str>,
+        field: &str,
+    ) -> Result<Arc<PrefixIndex>, PluginError> {
+        let found = self
+            .built
+            .iter()
+            .find(|(n, _, b)| b.index.is_some() && name.is_none_or(|w| w == n));
+        match (found, name) {
+            (Some((_, _, b)), _) => Ok(b.index.clone().expect("checked")),
+            (None, Some(n)) => Err(PluginError::invalid(
+                field,
+                format!("no prefix producer plugin named `{n}`"),
+            )),
+            (None, None) => Err(PluginError::invalid(
+                field,
+                "no approx-prefix-cache-producer configured",
+            )),
+        }
+    }
+
+    /// The decider plugin named `name`.
+    pub fn decider(&self, name: &str, field: &str) -> Result<Arc<dyn Decider>, PluginError> {
+        match self.built.iter().find(|(n, _, _)| n == name) {
+            Some((_, _, b)) => b.decider.clone().ok_or_else(|| {
+                PluginError::invalid(field, format!("plugin `{name}` is not a decider"))
+            }),
+            None => Err(PluginError::invalid(
+                field,
+                format!("no plugin named `{name}`"),
+            )),
+        }
+    }
+}
+
+/// Factory signature.
+pub type Factory = fn(Option<&Value>, &mut BuildCtx<'_>) -> Result<Built, PluginError>;
+
+/// One registered plugin type.
+pub struct PluginType {
+    /// llm-d type name, e.g. `queue-scorer`.
+    pub name: &'static str,
+    /// When it is built.
+    pub stage: Stage,
+    /// The factory.
+    pub build: Factory,
+}
+
+/// Every built-in plugin type.
+pub static PLUGIN_TYPES: &[PluginType] = &[
+    plugins::approx_prefix_cache_producer::TYPE,
+    plugins::prefill_filter::TYPE,
+    plugins::decode_filter::TYPE,
+    plugins::prefix_cache_scorer::TYPE,
+    plugins::queue_scorer::TYPE,
+    plugins::kv_cache_utilization_scorer::TYPE,
+    plugins::load_aware_scorer::TYPE,
+    plugins::max_score_picker::TYPE,
+    plugins::random_picker::TYPE,
+    plugins::round_robin_picker::TYPE,
+    plugins::prefix_based_pd_decider::TYPE,
+    plugins::always_disagg_pd_decider::TYPE,
+    plugins::single_profile_handler::TYPE,
+    plugins::disagg_profile_handler::TYPE,
+];
+
+/// Looks a plugin type up by name.
+pub fn lookup(type_name: &str) -> Option<&'static PluginType> {
+    PLUGIN_TYPES.iter().find(|t| t.name == type_name)
+}
+
+/// Decodes `params` strictly into `T` (absent or null → `{}`, i.e. all defaults).
+///
+/// Errors carry the dotted field path (from serde_yaml_ng's path) and serde's message without
+/// its snippet-relative location.
+pub fn decode<T: DeserializeOwned>(params: Option<&Value>) -> Result<T, PluginError> {
+    let text = match params {
+        None | Some(Value::Null) => "{}".to_string(),
+        Some(v) => serde_yaml_ng::to_string(v).map_err(|e| PluginError {
+            path: None,
+            key: None,
+            message: e.to_string(),
+        })?,
+    };
+    serde_yaml_ng::from_str(&text).map_err(|e| split_serde_error(&e.to_string()))
+}
+
+/// The effective parameters of `p` as a YAML value.
+pub fn effective<T: Serialize>(p: &T) -> Value {
+    serde_yaml_ng::to_value(p).unwrap_or(Value::Null)
+}
+
+fn split_serde_error(msg: &str) -> PluginError {
+    let msg = match msg.rfind(" at line ") {
+        Some(i) if msg[i..].contains(" column ") => &msg[..i],
+        _ => msg,
+    };
+    let (path, rest) = match msg.split_once(": ") {
+        Some((p, r)) if !p.is_empty() && !p.contains(' ') => (Some(p.to_string()), r),
+        _ => (None, msg),
+    };
+    let unknown = rest
+        .strip_prefix("unknown field `")
+        .and_then(|r| r.split_once('`'))
+        .map(|(f, _)| f);
+    let key = match (&path, unknown) {
+        (Some(p), Some(u)) => Some(format!("{p}.{u}")),
+        (None, Some(u)) => Some(u.to_string()),
+        (p, None) => p.clone(),
+    };
+    PluginError {
+        path,
+        key,
+        message: rest.to_string(),
+    }
+}
+
+/// Parameters of plugins that take none: any field is an error.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NoParams {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn serde_errors_are_split_into_path_key_and_message() {
+        let e = split_serde_error(
+            "deciders.prefill: invalid type: sequence, expected a string at line 2 column 12",
+        );
+        assert_eq!(
+            (e.path.as_deref(), e.key.as_deref()),
+            (Some("deciders.prefill"), Some("deciders.prefill"))
+        );
+        assert_eq!(e.message, "invalid type: sequence, expected a string");
+        let e = split_serde_error("unknown field `bogus`, expected `a` or `b`");
+        assert_eq!((e.path, e.key.as_deref()), (None, Some("bogus")));
+        let e =
+            split_serde_error("deciders: unknown field `x`, expected `prefill` at line 2 column 3");
+        assert_eq!(
+            (e.path.as_deref(), e.key.as_deref()),
+            (Some("deciders"), Some("deciders.x"))
+        );
+        assert_eq!(e.message, "unknown field `x`, expected `prefill`");
+    }
+}

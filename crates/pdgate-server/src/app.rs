@@ -1,0 +1,183 @@
+//! Router state, routes, and starting a server on a listener (tests and `demo` run it
+//! in-process on 127.0.0.1:0).
+
+use crate::discovery::{self, DiscoveryError, EndpointRegistry, EndpointSource};
+use crate::metrics::Metrics;
+use crate::scrape::{self, ModelSet};
+use crate::upstream::Upstream;
+use axum::extract::{Request, State};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Router;
+use pdgate_api::ApiKind;
+use pdgate_scheduler::Scheduler;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::TcpListener;
+
+/// Default request body limit: 64 MiB (llm-d coordinator `max_request_body_size`).
+pub const DEFAULT_MAX_BODY_BYTES: usize = 64 << 20;
+/// Default engine `/metrics` scrape interval, ms.
+pub const DEFAULT_SCRAPE_INTERVAL_MS: u64 = 200;
+/// Default time allowed for an upstream response head, s (llm-d coordinator gateway timeout).
+pub const DEFAULT_UPSTREAM_TIMEOUT_SECS: u64 = 60;
+
+/// What a server needs to start.
+pub struct ServeOptions {
+    /// The scheduler (from a config).
+    pub scheduler: Arc<Scheduler>,
+    /// Where endpoints come from.
+    pub endpoints: EndpointSource,
+    /// Request body limit, bytes.
+    pub max_body_bytes: usize,
+    /// Engine metrics scrape interval.
+    pub scrape_interval: Duration,
+    /// Upstream response-head timeout.
+    pub upstream_timeout: Duration,
+}
+
+impl ServeOptions {
+    /// Options with the defaults above.
+    pub fn new(scheduler: Arc<Scheduler>, endpoints: EndpointSource) -> Self {
+        ServeOptions {
+            scheduler,
+            endpoints,
+            max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+            scrape_interval: Duration::from_millis(DEFAULT_SCRAPE_INTERVAL_MS),
+            upstream_timeout: Duration::from_secs(DEFAULT_UPSTREAM_TIMEOUT_SECS),
+        }
+    }
+}
+
+/// Shared state of one router.
+pub struct AppState {
+    /// The scheduler.
+    pub scheduler: Arc<Scheduler>,
+    /// Current endpoints.
+    pub registry: Arc<EndpointRegistry>,
+    /// Pooled upstream client (the in-process dispatcher).
+    pub upstream: Upstream,
+    /// Own metrics.
+    pub metrics: Arc<Metrics>,
+    /// Models served by the fleet.
+    pub models: Arc<ModelSet>,
+    /// Request body limit, bytes.
+    pub max_body_bytes: usize,
+}
+
+/// A running server; stops its tasks when dropped.
+pub struct ServerHandle {
+    /// Bound address.
+    pub addr: SocketAddr,
+    /// Shared state (for tests: in-flight counts, metrics).
+    pub state: Arc<AppState>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl ServerHandle {
+    /// Waits until the server task ends (it runs until aborted).
+    pub async fn wait(mut self) {
+        if let Some(server) = self.tasks.pop() {
+            let _ = server.await;
+        }
+    }
+}
+
+impl Drop for ServerHandle {
+    fn drop(&mut self) {
+        for t in &self.tasks {
+            t.abort();
+        }
+    }
+}
+
+/// The routes.
+pub fn router(state: Arc<AppState>) -> Router {
+    Router::new()
+        .route("/v1/completions", post(completions))
+        .route("/v1/chat/completions", post(chat_completions))
+        .route("/v1/models", get(models))
+        .route("/health", get(|| async { "ok" }))
+        .route("/metrics", get(metrics))
+        .with_state(state)
+}
+
+async fn completions(State(s): State<Arc<AppState>>, req: Request) -> Response {
+    let (parts, body) = req.into_parts();
+    crate::proxy::handle(s, ApiKind::Completions, parts.headers, body).await
+}
+
+async fn chat_completions(State(s): State<Arc<AppState>>, req: Request) -> Response {
+    let (parts, body) = req.into_parts();
+    crate::proxy::handle(s, ApiKind::ChatCompletions, parts.headers, body).await
+}
+
+async fn models(State(s): State<Arc<AppState>>) -> Response {
+    let data: Vec<_> = s
+        .models
+        .load()
+        .iter()
+        .map(|id| serde_json::json!({"id": id, "object": "model", "owned_by": "pdgate"}))
+        .collect();
+    axum::Json(serde_json::json!({"object": "list", "data": data})).into_response()
+}
+
+async fn metrics(State(s): State<Arc<AppState>>) -> Response {
+    s.metrics.in_flight.reset();
+    for e in &s.registry.snapshot().endpoints {
+        s.metrics
+            .in_flight
+            .with_label_values(&[e.endpoint.name.as_str()])
+            .set(i64::from(e.load.in_flight()));
+    }
+    (
+        [(http::header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        s.metrics.render(),
+    )
+        .into_response()
+}
+
+/// Starts discovery, scraping and the HTTP server on `listener`.
+///
+/// Errors: the endpoint source is invalid (bad file, duplicate names).
+pub async fn serve_on(
+    listener: TcpListener,
+    opts: ServeOptions,
+) -> Result<ServerHandle, DiscoveryError> {
+    let registry = Arc::new(EndpointRegistry::default());
+    let mut tasks = Vec::new();
+    if let Some(t) = discovery::start(opts.endpoints, registry.clone()).await? {
+        tasks.push(t);
+    }
+    let upstream = Upstream::new(opts.upstream_timeout);
+    let metrics = Arc::new(Metrics::new());
+    let models: Arc<ModelSet> = Arc::default();
+    tasks.push(scrape::start(
+        registry.clone(),
+        upstream.clone(),
+        metrics.clone(),
+        models.clone(),
+        opts.scrape_interval,
+        25,
+    ));
+    let state = Arc::new(AppState {
+        scheduler: opts.scheduler,
+        registry,
+        upstream,
+        metrics,
+        models,
+        max_body_bytes: opts.max_body_bytes,
+    });
+    let addr = listener.local_addr().map_err(|e| DiscoveryError {
+        source_name: "listener".into(),
+        message: e.to_string(),
+    })?;
+    let app = router(state.clone());
+    tasks.push(tokio::spawn(async move {
+        if let Err(e) = axum::serve(listener, app).await {
+            tracing::error!(error = %e, "server stopped");
+        }
+    }));
+    Ok(ServerHandle { addr, state, tasks })
+}

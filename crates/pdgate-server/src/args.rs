@@ -1,0 +1,96 @@
+//! `pdgate serve` flags. Defaults come from the constants in [`crate::app`].
+
+use crate::app::{
+    serve_on, ServeOptions, DEFAULT_MAX_BODY_BYTES, DEFAULT_SCRAPE_INTERVAL_MS,
+    DEFAULT_UPSTREAM_TIMEOUT_SECS,
+};
+use crate::discovery::{parse_endpoint_flag, EndpointSource};
+use anyhow::Context;
+use pdgate_scheduler::{Scheduler, DEFAULT_CONFIG_YAML};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Flags of `pdgate serve`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ServeArgs {
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1")]
+    pub host: String,
+    /// Port to listen on.
+    #[arg(long, default_value_t = 8080)]
+    pub port: u16,
+    /// EndpointPickerConfig YAML (llm-d format). Without it, the built-in default is used.
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// Print the effective scheduler config (defaults injected) and exit.
+    #[arg(long)]
+    pub print_config: bool,
+    /// Endpoints file (YAML), re-read when it changes.
+    #[arg(long, conflicts_with = "endpoint")]
+    pub endpoints: Option<PathBuf>,
+    /// An endpoint: `ADDR[,name=N][,role=R][,revision=V][,label=value...]`. Repeatable.
+    #[arg(long)]
+    pub endpoint: Vec<String>,
+    /// Request body limit, bytes.
+    #[arg(long, default_value_t = DEFAULT_MAX_BODY_BYTES)]
+    pub max_body_bytes: usize,
+    /// Engine /metrics scrape interval, ms.
+    #[arg(long, default_value_t = DEFAULT_SCRAPE_INTERVAL_MS)]
+    pub scrape_interval_ms: u64,
+    /// Upstream response-head timeout, s.
+    #[arg(long, default_value_t = DEFAULT_UPSTREAM_TIMEOUT_SECS)]
+    pub upstream_timeout_secs: u64,
+}
+
+/// Loads the scheduler config named by `path`, or the built-in default.
+pub fn load_scheduler(path: Option<&PathBuf>) -> anyhow::Result<Scheduler> {
+    match path {
+        Some(p) => {
+            let text =
+                std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
+            Ok(Scheduler::from_yaml(&text, &p.display().to_string())?)
+        }
+        None => Ok(Scheduler::from_yaml(
+            DEFAULT_CONFIG_YAML,
+            "built-in default config",
+        )?),
+    }
+}
+
+/// Runs `pdgate serve` until the process is stopped.
+pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
+    let scheduler = load_scheduler(args.config.as_ref())?;
+    if args.print_config {
+        print!("{}", scheduler.effective_config_yaml());
+        return Ok(());
+    }
+    let endpoints = match &args.endpoints {
+        Some(path) => EndpointSource::File {
+            path: path.clone(),
+            poll: Duration::from_millis(500),
+        },
+        None if !args.endpoint.is_empty() => EndpointSource::Static(
+            args.endpoint
+                .iter()
+                .map(|f| parse_endpoint_flag(f))
+                .collect::<Result<_, _>>()?,
+        ),
+        None => anyhow::bail!("no endpoints: pass --endpoints FILE or --endpoint ADDR"),
+    };
+    let listener = tokio::net::TcpListener::bind((args.host.as_str(), args.port))
+        .await
+        .with_context(|| format!("binding {}:{}", args.host, args.port))?;
+    let mut opts = ServeOptions::new(Arc::new(scheduler), endpoints);
+    opts.max_body_bytes = args.max_body_bytes;
+    opts.scrape_interval = Duration::from_millis(args.scrape_interval_ms);
+    opts.upstream_timeout = Duration::from_secs(args.upstream_timeout_secs);
+    let handle = serve_on(listener, opts).await?;
+    tracing::info!(addr = %handle.addr, "pdgate serve listening");
+    eprintln!("pdgate serve listening on http://{}", handle.addr);
+    tokio::select! {
+        _ = handle.wait() => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+    Ok(())
+}

@@ -1,0 +1,319 @@
+//! Endpoint discovery from a static YAML file (re-read when it changes) or from `--endpoint`
+//! flags, and the registry that turns endpoint lists into scheduler snapshots.
+//!
+//! File format:
+//! ```yaml
+//! endpoints:
+//! - name: prefill-0              # optional; defaults to the address
+//!   address: 10.0.0.5:8000       # host:port of the vLLM server
+//!   labels: {llm-d.ai/role: prefill, disaggregatedset.x-k8s.io/revision: rev-a}
+//!   ready: true                  # optional, default true
+//!   terminating: false           # optional, default false
+//! ```
+
+use arc_swap::ArcSwap;
+use parking_lot::Mutex;
+use pdgate_api::{labels, Role};
+use pdgate_scheduler::{Endpoint, EndpointLoad, EndpointState, Snapshot};
+use serde::Deserialize;
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+/// Where endpoints come from.
+#[derive(Debug, Clone)]
+pub enum EndpointSource {
+    /// A YAML file, polled for changes every `poll` interval.
+    File {
+        /// Path of the file.
+        path: PathBuf,
+        /// How often its modification time and size are checked.
+        poll: Duration,
+    },
+    /// A fixed list (from `--endpoint` flags or tests).
+    Static(Vec<Endpoint>),
+}
+
+/// An endpoint list that cannot be used; names the file, entry and field.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{source_name}: {message}")]
+pub struct DiscoveryError {
+    /// File path or `--endpoint`.
+    pub source_name: String,
+    /// What is wrong.
+    pub message: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct EndpointsFile {
+    endpoints: Vec<EndpointEntry>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct EndpointEntry {
+    name: Option<String>,
+    address: String,
+    #[serde(default)]
+    labels: BTreeMap<String, String>,
+    #[serde(default = "yes")]
+    ready: bool,
+    #[serde(default)]
+    terminating: bool,
+    dp_rank: Option<u32>,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// Parses an endpoints file. Errors name the file, the line (YAML errors) or the entry.
+pub fn parse_endpoints_yaml(text: &str, source: &str) -> Result<Vec<Endpoint>, DiscoveryError> {
+    let err = |message: String| DiscoveryError {
+        source_name: source.to_string(),
+        message,
+    };
+    let file: EndpointsFile = serde_yaml_ng::from_str(text).map_err(|e| err(e.to_string()))?;
+    let mut out = Vec::with_capacity(file.endpoints.len());
+    for (i, e) in file.endpoints.into_iter().enumerate() {
+        let name = e.name.unwrap_or_else(|| e.address.clone());
+        let mut ep = endpoint(&name, &e.address, e.labels)
+            .map_err(|m| err(format!("endpoints[{i}] ({name}): {m}")))?;
+        ep.ready = e.ready;
+        ep.terminating = e.terminating;
+        ep.dp_rank = e.dp_rank;
+        out.push(ep);
+    }
+    check_unique(&out).map_err(err)?;
+    Ok(out)
+}
+
+/// Parses one `--endpoint` flag: `ADDR[,key=value...]` where `name=`, `role=` (→
+/// `llm-d.ai/role`) and `revision=` (→ `disaggregatedset.x-k8s.io/revision`) are shorthands
+/// and any other `key=value` is a label.
+pub fn parse_endpoint_flag(flag: &str) -> Result<Endpoint, DiscoveryError> {
+    let err = |message: String| DiscoveryError {
+        source_name: "--endpoint".into(),
+        message,
+    };
+    let mut parts = flag.split(',');
+    let address = parts.next().unwrap_or_default().trim().to_string();
+    let mut name = address.clone();
+    let mut labels = BTreeMap::new();
+    for kv in parts {
+        let (k, v) = kv
+            .split_once('=')
+            .ok_or_else(|| err(format!("{flag:?}: expected key=value, got {kv:?}")))?;
+        match k.trim() {
+            "name" => name = v.trim().to_string(),
+            "role" => {
+                labels.insert(labels::ROLE.to_string(), v.trim().to_string());
+            }
+            "revision" => {
+                labels.insert(labels::DS_REVISION.to_string(), v.trim().to_string());
+            }
+            other => {
+                labels.insert(other.to_string(), v.trim().to_string());
+            }
+        }
+    }
+    endpoint(&name, &address, labels).map_err(|m| err(format!("{flag:?}: {m}")))
+}
+
+fn endpoint(
+    name: &str,
+    address: &str,
+    labels: BTreeMap<String, String>,
+) -> Result<Endpoint, String> {
+    let (host, port) = address
+        .rsplit_once(':')
+        .ok_or_else(|| format!("address {address:?} must be host:port"))?;
+    if host.is_empty() || port.parse::<u16>().is_err() {
+        return Err(format!("address {address:?} must be host:port"));
+    }
+    if let Some(r) = labels.get(labels::ROLE) {
+        r.parse::<Role>()
+            .map_err(|e| format!("label {}: {e}", labels::ROLE))?;
+    }
+    Ok(Endpoint::new(name, address, labels))
+}
+
+fn check_unique(eps: &[Endpoint]) -> Result<(), String> {
+    let mut seen = std::collections::HashSet::new();
+    for e in eps {
+        if !seen.insert(e.name.as_str()) {
+            return Err(format!("endpoint name {:?} appears twice", e.name));
+        }
+    }
+    Ok(())
+}
+
+/// Holds the current [`Snapshot`] and the per-endpoint load cells that outlive snapshots.
+#[derive(Default)]
+pub struct EndpointRegistry {
+    snapshot: ArcSwap<Snapshot>,
+    loads: Mutex<HashMap<String, Arc<EndpointLoad>>>,
+    /// True once a first endpoint list was applied (an empty one counts).
+    known: std::sync::atomic::AtomicBool,
+}
+
+impl EndpointRegistry {
+    /// The current snapshot (cheap: an `Arc` load).
+    pub fn snapshot(&self) -> Arc<Snapshot> {
+        self.snapshot.load_full()
+    }
+
+    /// True once any endpoint list was applied.
+    pub fn is_known(&self) -> bool {
+        self.known.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Replaces the endpoint set. Load cells (in-flight counts, scraped gauges) carry over by
+    /// endpoint name, so in-flight requests on a kept endpoint stay counted.
+    pub fn apply(&self, endpoints: Vec<Endpoint>) {
+        let mut loads = self.loads.lock();
+        let mut next = HashMap::with_capacity(endpoints.len());
+        let states = endpoints
+            .into_iter()
+            .map(|endpoint| {
+                let load = loads.remove(&endpoint.name).unwrap_or_default();
+                next.insert(endpoint.name.clone(), load.clone());
+                Arc::new(EndpointState { endpoint, load })
+            })
+            .collect();
+        *loads = next;
+        let version = self.snapshot.load().version + 1;
+        self.snapshot.store(Arc::new(Snapshot {
+            endpoints: states,
+            version,
+        }));
+        self.known.store(true, std::sync::atomic::Ordering::Release);
+    }
+}
+
+/// Applies `source` to `registry`: once for a static list; for a file, now and whenever its
+/// modification time or size changes (until the returned task is aborted). A file that fails
+/// to parse keeps the previous endpoints and logs the error.
+pub async fn start(
+    source: EndpointSource,
+    registry: Arc<EndpointRegistry>,
+) -> Result<Option<tokio::task::JoinHandle<()>>, DiscoveryError> {
+    match source {
+        EndpointSource::Static(eps) => {
+            check_unique(&eps).map_err(|message| DiscoveryError {
+                source_name: "--endpoint".into(),
+                message,
+            })?;
+            registry.apply(eps);
+            Ok(None)
+        }
+        EndpointSource::File { path, poll } => {
+            let name = path.display().to_string();
+            let text = tokio::fs::read_to_string(&path)
+                .await
+                .map_err(|e| DiscoveryError {
+                    source_name: name.clone(),
+                    message: e.to_string(),
+                })?;
+            registry.apply(parse_endpoints_yaml(&text, &name)?);
+            let mut last = stamp(&path).await;
+            Ok(Some(tokio::spawn(async move {
+                let mut tick = tokio::time::interval(poll);
+                loop {
+                    tick.tick().await;
+                    let now = stamp(&path).await;
+                    if now == last {
+                        continue;
+                    }
+                    last = now;
+                    match tokio::fs::read_to_string(&path).await {
+                        Ok(text) => match parse_endpoints_yaml(&text, &name) {
+                            Ok(eps) => {
+                                tracing::info!(file = %name, endpoints = eps.len(), "endpoints reloaded");
+                                registry.apply(eps);
+                            }
+                            Err(e) => {
+                                tracing::error!(error = %e, "endpoints file rejected; keeping the previous endpoints")
+                            }
+                        },
+                        Err(e) => {
+                            tracing::error!(file = %name, error = %e, "endpoints file unreadable")
+                        }
+                    }
+                }
+            })))
+        }
+    }
+}
+
+async fn stamp(path: &PathBuf) -> Option<(SystemTime, u64)> {
+    let m = tokio::fs::metadata(path).await.ok()?;
+    Some((m.modified().ok()?, m.len()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn file_and_flag_forms_parse_and_errors_name_the_entry() {
+        let eps = parse_endpoints_yaml(
+            "endpoints:\n- name: p0\n  address: 127.0.0.1:9000\n  labels: {llm-d.ai/role: prefill}\n- address: 127.0.0.1:9001\n  ready: false\n",
+            "eps.yaml",
+        )
+        .unwrap();
+        assert_eq!(eps[0].role, Some(Role::Prefill));
+        assert_eq!(
+            (eps[1].name.as_str(), eps[1].ready, eps[1].role),
+            ("127.0.0.1:9001", false, None)
+        );
+
+        let e = parse_endpoints_yaml(
+            "endpoints:\n- address: 127.0.0.1:9000\n  labels: {llm-d.ai/role: gpu}\n",
+            "eps.yaml",
+        )
+        .unwrap_err();
+        assert!(e.to_string().starts_with("eps.yaml: endpoints[0] (127.0.0.1:9000): label llm-d.ai/role: unknown role \"gpu\""), "{e}");
+        let e = parse_endpoints_yaml("endpoints:\n- address: x\n", "eps.yaml").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "eps.yaml: endpoints[0] (x): address \"x\" must be host:port"
+        );
+        let e = parse_endpoints_yaml("endpoints:\n- adress: 1.2.3.4:5\n", "eps.yaml").unwrap_err();
+        assert!(
+            e.to_string().contains("unknown field `adress`") && e.to_string().contains("line 2"),
+            "{e}"
+        );
+
+        let ep =
+            parse_endpoint_flag("127.0.0.1:8001,name=d0,role=decode,revision=a,zone=z1").unwrap();
+        assert_eq!(
+            (ep.name.as_str(), ep.role, ep.revision()),
+            ("d0", Some(Role::Decode), Some("a"))
+        );
+        assert_eq!(ep.labels["zone"], "z1");
+        assert_eq!(
+            parse_endpoint_flag("127.0.0.1:8001,decode")
+                .unwrap_err()
+                .to_string(),
+            "--endpoint: \"127.0.0.1:8001,decode\": expected key=value, got \"decode\""
+        );
+    }
+
+    #[test]
+    fn loads_survive_a_rebuild_by_name() {
+        let reg = EndpointRegistry::default();
+        reg.apply(vec![parse_endpoint_flag("127.0.0.1:1,name=a").unwrap()]);
+        let guard = pdgate_scheduler::InFlightGuard::book(&reg.snapshot().endpoints[0].load);
+        reg.apply(vec![
+            parse_endpoint_flag("127.0.0.1:1,name=a").unwrap(),
+            parse_endpoint_flag("127.0.0.1:2,name=b").unwrap(),
+        ]);
+        let snap = reg.snapshot();
+        assert_eq!((snap.version, snap.endpoints[0].load.in_flight()), (2, 1));
+        drop(guard);
+        assert_eq!(snap.endpoints[0].load.in_flight(), 0);
+    }
+}

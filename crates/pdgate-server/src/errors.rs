@@ -1,0 +1,104 @@
+//! The one place that maps failures to HTTP statuses and OpenAI error bodies (design.md §5.5).
+
+use axum::response::{IntoResponse, Response};
+use http::{HeaderValue, StatusCode};
+use pdgate_api::{headers, ErrorBody, RequestError};
+use pdgate_coordinator::{DispatchError, PipelineError};
+use pdgate_scheduler::Rejection;
+
+/// Every way a request can fail inside the router.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    /// Unparsable or invalid body (400).
+    #[error(transparent)]
+    InvalidRequest(#[from] RequestError),
+    /// A header the client set is invalid (400); names the header.
+    #[error("header `{header}`: {reason}")]
+    InvalidHeader {
+        /// Header name.
+        header: &'static str,
+        /// What is wrong.
+        reason: String,
+    },
+    /// No endpoint serves the model (404).
+    #[error("model `{0}` does not exist")]
+    ModelNotFound(String),
+    /// Body over the configured limit (413).
+    #[error("request body exceeds the limit of {limit} bytes")]
+    BodyTooLarge {
+        /// Limit, bytes.
+        limit: usize,
+    },
+    /// The body could not be read from the client (400).
+    #[error("request body could not be read: {0}")]
+    BodyRead(String),
+    /// The scheduler rejected the request.
+    #[error(transparent)]
+    Rejected(#[from] Rejection),
+    /// A phase leg failed without an upstream response.
+    #[error(transparent)]
+    Pipeline(#[from] PipelineError),
+    /// An upstream answered 5xx (502); names the endpoint and phase.
+    #[error("{phase} endpoint {endpoint} answered {status}: {detail}")]
+    UpstreamServerError {
+        /// Phase of the leg.
+        phase: &'static str,
+        /// Endpoint name.
+        endpoint: String,
+        /// Upstream status.
+        status: u16,
+        /// Start of the upstream body.
+        detail: String,
+    },
+}
+
+impl ApiError {
+    /// The HTTP status for this error.
+    pub fn status(&self) -> StatusCode {
+        match self {
+            ApiError::InvalidRequest(_)
+            | ApiError::InvalidHeader { .. }
+            | ApiError::BodyRead(_) => StatusCode::BAD_REQUEST,
+            ApiError::ModelNotFound(_) => StatusCode::NOT_FOUND,
+            ApiError::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::Rejected(r) => match r {
+                Rejection::NoEndpoints => StatusCode::SERVICE_UNAVAILABLE,
+                Rejection::Saturated { .. } => StatusCode::TOO_MANY_REQUESTS,
+                Rejection::UnknownProfile(_) => StatusCode::BAD_REQUEST,
+            },
+            ApiError::Pipeline(PipelineError::Dispatch {
+                source: DispatchError::Timeout { .. },
+                ..
+            }) => StatusCode::GATEWAY_TIMEOUT,
+            ApiError::Pipeline(_) | ApiError::UpstreamServerError { .. } => StatusCode::BAD_GATEWAY,
+        }
+    }
+
+    /// Label value for `pdgate_requests_total{status}`.
+    pub fn status_label(&self) -> u16 {
+        self.status().as_u16()
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let status = self.status();
+        let body = ErrorBody::new(status.as_u16(), self.to_string()).to_bytes();
+        let mut resp = (
+            status,
+            [(
+                http::header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            )],
+            body,
+        )
+            .into_response();
+        if let ApiError::Rejected(r @ Rejection::Saturated { .. }) = &self {
+            if let Ok(v) = HeaderValue::from_str(&r.to_string()) {
+                resp.headers_mut()
+                    .insert(headers::REQUEST_DROPPED_REASON, v);
+            }
+        }
+        resp
+    }
+}

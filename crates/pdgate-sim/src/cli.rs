@@ -1,0 +1,157 @@
+//! `pdgate sim` flags ([`SimArgs`]); defaults come from the constants in [`crate::config`].
+
+use crate::config::*;
+use crate::fleet::{parse_fleet, plan_flags, plan_fleet, PlannedWorker};
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Flags of `pdgate sim`: the fleet to start and the engine settings every worker shares.
+#[derive(Debug, Clone, clap::Args)]
+pub struct SimArgs {
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1")]
+    pub host: String,
+    /// First port; worker i listens on port+i (0 = ephemeral ports).
+    #[arg(long, default_value_t = 8000)]
+    pub port: u16,
+    /// Host written into kv_transfer_params.remote_host (default: the listen address, or
+    /// 127.0.0.1 when listening on 0.0.0.0 / ::).
+    #[arg(long)]
+    pub advertise_host: Option<String>,
+    /// Number of workers [default: 1, or the length of --roles].
+    #[arg(long, conflicts_with = "fleet")]
+    pub workers: Option<usize>,
+    /// Role of every worker: prefill, decode, prefill-decode (alias both).
+    #[arg(long, default_value = "prefill-decode", conflicts_with_all = ["roles", "fleet"])]
+    pub role: String,
+    /// One role per worker, comma separated (e.g. prefill,decode,decode).
+    #[arg(long, value_delimiter = ',', conflicts_with = "fleet")]
+    pub roles: Vec<String>,
+    /// Revision label of every worker.
+    #[arg(long, conflicts_with = "fleet")]
+    pub revision: Option<String>,
+    /// YAML fleet file (list of workers: name, role, revision, labels, count, port); replaces
+    /// --workers, --role, --roles and --revision.
+    #[arg(long)]
+    pub fleet: Option<PathBuf>,
+    /// Served model name.
+    #[arg(long, default_value = DEFAULT_MODEL)]
+    pub model: String,
+    /// Tokens per KV block.
+    #[arg(long, default_value_t = DEFAULT_BLOCK_SIZE)]
+    pub block_size: usize,
+    /// KV cache capacity in blocks.
+    #[arg(long, default_value_t = DEFAULT_NUM_GPU_BLOCKS)]
+    pub num_gpu_blocks: usize,
+    /// Most requests in the running batch.
+    #[arg(long, default_value_t = DEFAULT_MAX_NUM_SEQS)]
+    pub max_num_seqs: usize,
+    /// Token budget of one engine step.
+    #[arg(long, default_value_t = DEFAULT_MAX_NUM_BATCHED_TOKENS)]
+    pub max_num_batched_tokens: usize,
+    /// Longest prompt + output, in tokens.
+    #[arg(long, default_value_t = DEFAULT_MAX_MODEL_LEN)]
+    pub max_model_len: usize,
+    /// Divides every simulated duration (step costs, KV transfers).
+    #[arg(long, default_value_t = DEFAULT_SPEEDUP)]
+    pub speedup: f64,
+    /// Lifetime of a prefill lease, wall-clock seconds.
+    #[arg(long, default_value_t = DEFAULT_LEASE_TTL_SECS)]
+    pub lease_ttl_secs: u64,
+    /// KV bytes per token (transfer cost).
+    #[arg(long, default_value_t = DEFAULT_KV_BYTES_PER_TOKEN)]
+    pub kv_bytes_per_token: u64,
+    /// KV transfer bandwidth, gigabits per second.
+    #[arg(long, default_value_t = DEFAULT_KV_BANDWIDTH_GBPS)]
+    pub kv_bandwidth_gbps: f64,
+    /// Fixed cost of one KV transfer, simulated milliseconds.
+    #[arg(long, default_value_t = DEFAULT_KV_SETUP_MS)]
+    pub kv_setup_ms: f64,
+    /// Probability (0..1) of answering a request with --error-status before any byte.
+    #[arg(long, default_value_t = DEFAULT_ERROR_RATE)]
+    pub error_rate: f64,
+    /// Status of injected errors.
+    #[arg(long, default_value_t = DEFAULT_ERROR_STATUS)]
+    pub error_status: u16,
+    /// Probability (0..1) of cutting a stream mid-way (the body ends abruptly, no [DONE]).
+    #[arg(long, default_value_t = DEFAULT_ABORT_RATE)]
+    pub abort_rate: f64,
+    /// Wall-clock delay before each inference request is processed.
+    #[arg(long, default_value_t = DEFAULT_SLOW_START_MS)]
+    pub slow_start_ms: u64,
+}
+
+impl SimArgs {
+    /// Engine settings from the flags.
+    pub fn config(&self) -> SimConfig {
+        SimConfig {
+            model: self.model.clone(),
+            block_size: self.block_size,
+            num_gpu_blocks: self.num_gpu_blocks,
+            max_num_seqs: self.max_num_seqs,
+            max_num_batched_tokens: self.max_num_batched_tokens,
+            max_model_len: self.max_model_len,
+            speedup: self.speedup,
+            lease_ttl: Duration::from_secs(self.lease_ttl_secs),
+            kv_bytes_per_token: self.kv_bytes_per_token,
+            kv_bandwidth_gbps: self.kv_bandwidth_gbps,
+            kv_setup_ms: self.kv_setup_ms,
+            error_rate: self.error_rate,
+            error_status: self.error_status,
+            abort_rate: self.abort_rate,
+            slow_start: Duration::from_millis(self.slow_start_ms),
+            advertise_host: self.advertise_host.clone(),
+        }
+    }
+
+    /// The workers to start, from `--fleet` or the per-worker flags.
+    pub fn plan(&self) -> anyhow::Result<Vec<PlannedWorker>> {
+        match &self.fleet {
+            Some(path) => {
+                let text = std::fs::read_to_string(path).map_err(|e| {
+                    anyhow::anyhow!("cannot read fleet file {}: {e}", path.display())
+                })?;
+                let entries =
+                    parse_fleet(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+                plan_fleet(&entries, self.port)
+            }
+            None => plan_flags(
+                self.workers,
+                &self.role,
+                &self.roles,
+                self.revision.as_deref(),
+                self.port,
+            ),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        sim: SimArgs,
+    }
+
+    #[test]
+    fn defaults_match_sim_config_default() {
+        let cli = Cli::try_parse_from(["sim"]).unwrap();
+        assert_eq!(cli.sim.config(), SimConfig::default());
+        assert_eq!((cli.sim.host.as_str(), cli.sim.port), ("127.0.0.1", 8000));
+        let plan = cli.sim.plan().unwrap();
+        assert_eq!(plan.len(), 1);
+        assert_eq!(plan[0].spec.role, "prefill-decode");
+    }
+
+    #[test]
+    fn roles_and_fleet_conflict() {
+        let cli = Cli::try_parse_from(["sim", "--roles", "prefill,decode", "--port", "0"]).unwrap();
+        assert_eq!(cli.sim.plan().unwrap().len(), 2);
+        assert!(Cli::try_parse_from(["sim", "--roles", "decode", "--fleet", "f.yaml"]).is_err());
+        assert!(Cli::try_parse_from(["sim", "--role", "decode", "--roles", "decode"]).is_err());
+    }
+}

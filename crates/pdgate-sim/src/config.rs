@@ -1,0 +1,178 @@
+//! Engine settings ([`SimConfig`]) and worker identity ([`WorkerSpec`]), with the defaults the
+//! CLI uses (one constant per setting, so the CLI and `Default` cannot drift apart).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+/// Served model name.
+pub const DEFAULT_MODEL: &str = "pdgate-sim";
+/// Tokens per KV block.
+pub const DEFAULT_BLOCK_SIZE: usize = 16;
+/// KV cache capacity in blocks.
+pub const DEFAULT_NUM_GPU_BLOCKS: usize = 16384;
+/// Largest batch (running requests).
+pub const DEFAULT_MAX_NUM_SEQS: usize = 256;
+/// Token budget of one engine step (prefill chunks + one token per decoding request).
+pub const DEFAULT_MAX_NUM_BATCHED_TOKENS: usize = 8192;
+/// Longest prompt + output accepted, in tokens.
+pub const DEFAULT_MAX_MODEL_LEN: usize = 131072;
+/// Divides every simulated duration.
+pub const DEFAULT_SPEEDUP: f64 = 1.0;
+/// Lifetime of a prefill lease, in wall-clock seconds (vLLM's NIXL abort timeout).
+pub const DEFAULT_LEASE_TTL_SECS: u64 = 480;
+/// KV bytes per token (a Llama-3-8B in bf16: 2 × 32 layers × 8 KV heads × 128 × 2 bytes).
+pub const DEFAULT_KV_BYTES_PER_TOKEN: u64 = 131072;
+/// KV transfer bandwidth in gigabits per second (a 200 Gb/s RDMA NIC).
+pub const DEFAULT_KV_BANDWIDTH_GBPS: f64 = 200.0;
+/// Fixed cost of one KV transfer, in simulated milliseconds.
+pub const DEFAULT_KV_SETUP_MS: f64 = 2.0;
+/// Probability of answering a request with [`DEFAULT_ERROR_STATUS`] before any byte.
+pub const DEFAULT_ERROR_RATE: f64 = 0.0;
+/// Status of injected errors.
+pub const DEFAULT_ERROR_STATUS: u16 = 500;
+/// Probability of cutting a stream mid-way.
+pub const DEFAULT_ABORT_RATE: f64 = 0.0;
+/// Wall-clock delay before a request is processed (its first byte).
+pub const DEFAULT_SLOW_START_MS: u64 = 0;
+/// Output length when a request names none (vLLM's completions default).
+pub const DEFAULT_MAX_TOKENS: usize = 16;
+
+/// Engine settings shared by every worker of a fleet.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SimConfig {
+    /// Served model name; other names get 404.
+    pub model: String,
+    /// Tokens per KV block.
+    pub block_size: usize,
+    /// KV cache capacity in blocks.
+    pub num_gpu_blocks: usize,
+    /// Most requests running at once.
+    pub max_num_seqs: usize,
+    /// Token budget of one step.
+    pub max_num_batched_tokens: usize,
+    /// Longest prompt + output, in tokens.
+    pub max_model_len: usize,
+    /// Divides every simulated duration (step costs, KV transfers).
+    pub speedup: f64,
+    /// Lifetime of a prefill lease (wall clock, not divided by `speedup`).
+    pub lease_ttl: Duration,
+    /// KV bytes per token, for the transfer cost.
+    pub kv_bytes_per_token: u64,
+    /// KV transfer bandwidth, gigabits per second.
+    pub kv_bandwidth_gbps: f64,
+    /// Fixed cost of one KV transfer, simulated milliseconds.
+    pub kv_setup_ms: f64,
+    /// Probability (0..1) of answering a request with `error_status` before any byte.
+    pub error_rate: f64,
+    /// Status of injected errors.
+    pub error_status: u16,
+    /// Probability (0..1) that a stream is cut mid-way.
+    pub abort_rate: f64,
+    /// Wall-clock delay before each inference request is processed (not divided by `speedup`).
+    pub slow_start: Duration,
+    /// Host written into `kv_transfer_params.remote_host`; `None` = the listener's IP
+    /// (127.0.0.1 when it listens on an unspecified address).
+    pub advertise_host: Option<String>,
+}
+
+impl Default for SimConfig {
+    fn default() -> Self {
+        SimConfig {
+            model: DEFAULT_MODEL.to_string(),
+            block_size: DEFAULT_BLOCK_SIZE,
+            num_gpu_blocks: DEFAULT_NUM_GPU_BLOCKS,
+            max_num_seqs: DEFAULT_MAX_NUM_SEQS,
+            max_num_batched_tokens: DEFAULT_MAX_NUM_BATCHED_TOKENS,
+            max_model_len: DEFAULT_MAX_MODEL_LEN,
+            speedup: DEFAULT_SPEEDUP,
+            lease_ttl: Duration::from_secs(DEFAULT_LEASE_TTL_SECS),
+            kv_bytes_per_token: DEFAULT_KV_BYTES_PER_TOKEN,
+            kv_bandwidth_gbps: DEFAULT_KV_BANDWIDTH_GBPS,
+            kv_setup_ms: DEFAULT_KV_SETUP_MS,
+            error_rate: DEFAULT_ERROR_RATE,
+            error_status: DEFAULT_ERROR_STATUS,
+            abort_rate: DEFAULT_ABORT_RATE,
+            slow_start: Duration::from_millis(DEFAULT_SLOW_START_MS),
+            advertise_host: None,
+        }
+    }
+}
+
+impl SimConfig {
+    /// Checks ranges; the message names the setting at fault.
+    pub fn validate(&self) -> anyhow::Result<()> {
+        anyhow::ensure!(!self.model.is_empty(), "--model must not be empty");
+        anyhow::ensure!(self.block_size > 0, "--block-size must be at least 1");
+        anyhow::ensure!(
+            self.num_gpu_blocks > 0,
+            "--num-gpu-blocks must be at least 1"
+        );
+        anyhow::ensure!(self.max_num_seqs > 0, "--max-num-seqs must be at least 1");
+        anyhow::ensure!(
+            self.max_num_batched_tokens > 0,
+            "--max-num-batched-tokens must be at least 1"
+        );
+        anyhow::ensure!(self.max_model_len > 0, "--max-model-len must be at least 1");
+        anyhow::ensure!(
+            self.speedup.is_finite() && self.speedup > 0.0,
+            "--speedup must be a positive number"
+        );
+        anyhow::ensure!(
+            self.kv_bandwidth_gbps.is_finite() && self.kv_bandwidth_gbps > 0.0,
+            "--kv-bandwidth-gbps must be a positive number"
+        );
+        anyhow::ensure!(
+            self.kv_setup_ms.is_finite() && self.kv_setup_ms >= 0.0,
+            "--kv-setup-ms must be zero or more"
+        );
+        anyhow::ensure!(
+            (0.0..=1.0).contains(&self.error_rate),
+            "--error-rate must be within 0..1"
+        );
+        anyhow::ensure!(
+            (0.0..=1.0).contains(&self.abort_rate),
+            "--abort-rate must be within 0..1"
+        );
+        anyhow::ensure!(
+            http::StatusCode::from_u16(self.error_status).is_ok() && self.error_status >= 400,
+            "--error-status must be an HTTP error status (400..=599)"
+        );
+        Ok(())
+    }
+
+    /// Simulated duration of `ms` milliseconds, divided by `speedup`.
+    pub fn scaled(&self, ms: f64) -> Duration {
+        Duration::from_secs_f64((ms.max(0.0) / 1000.0) / self.speedup)
+    }
+}
+
+/// Identity of one simulated worker (one engine, one HTTP port).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct WorkerSpec {
+    /// Worker name, reported in `x-sim-worker` and used in engine ids.
+    pub name: String,
+    /// Role label: `prefill`, `decode`, `prefill-decode` (alias `both`), or an encode role.
+    pub role: String,
+    /// Revision label; prefill and decode of different revisions refuse to hand KV over.
+    pub revision: Option<String>,
+    /// Other labels, reported by `GET /sim/info`.
+    pub labels: BTreeMap<String, String>,
+}
+
+impl WorkerSpec {
+    /// A worker with no revision and no labels.
+    pub fn new(name: impl Into<String>, role: impl Into<String>) -> Self {
+        WorkerSpec {
+            name: name.into(),
+            role: role.into(),
+            revision: None,
+            labels: BTreeMap::new(),
+        }
+    }
+
+    /// Sets the revision.
+    pub fn with_revision(mut self, revision: impl Into<String>) -> Self {
+        self.revision = Some(revision.into());
+        self
+    }
+}

@@ -1,0 +1,108 @@
+//! Leases: the prompt blocks a prefill leg keeps referenced for one remote decode, until it
+//! pulls them (single consumer) or the TTL runs out. Ended leases leave a tombstone so that a
+//! second pull is told "consumed" or "expired" rather than "unknown".
+
+use super::cache::BlockId;
+use lru::LruCache;
+use std::collections::{HashMap, VecDeque};
+use std::num::NonZeroUsize;
+use tokio::time::Instant;
+
+/// Tombstones kept for ended leases.
+const TOMBSTONES: usize = 65_536;
+
+/// Blocks held for a remote decode.
+#[derive(Debug, Clone)]
+pub struct Lease {
+    /// Prompt blocks, in prompt order.
+    pub blocks: Vec<BlockId>,
+    /// Prompt length in tokens.
+    pub prompt_tokens: usize,
+    /// Prompt tokens the prefill found in its cache (not computed by it).
+    pub cached_tokens: usize,
+    /// When the engine releases the blocks if nobody pulled them.
+    pub expires_at: Instant,
+}
+
+/// How a lease ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ended {
+    /// Pulled by a decode.
+    Consumed,
+    /// Released by the engine at its TTL.
+    Expired,
+}
+
+/// Live leases and tombstones.
+pub struct Leases {
+    live: HashMap<String, Lease>,
+    /// Expiry order (leases share one TTL, so creation order is expiry order).
+    order: VecDeque<(Instant, String)>,
+    ended: LruCache<String, Ended>,
+}
+
+impl Default for Leases {
+    fn default() -> Self {
+        Leases {
+            live: HashMap::new(),
+            order: VecDeque::new(),
+            ended: LruCache::new(NonZeroUsize::new(TOMBSTONES).expect("non-zero")),
+        }
+    }
+}
+
+impl Leases {
+    /// Live leases.
+    pub fn len(&self) -> usize {
+        self.live.len()
+    }
+
+    /// Adds a lease under `id`.
+    pub fn insert(&mut self, id: String, lease: Lease) {
+        self.order.push_back((lease.expires_at, id.clone()));
+        self.live.insert(id, lease);
+    }
+
+    /// The live lease `id`.
+    pub fn get(&self, id: &str) -> Option<&Lease> {
+        self.live.get(id)
+    }
+
+    /// How lease `id` ended, if it did recently.
+    pub fn ended(&mut self, id: &str) -> Option<Ended> {
+        self.ended.get(id).copied()
+    }
+
+    /// Removes lease `id`, leaving a tombstone; returns it so the caller releases its blocks.
+    pub fn end(&mut self, id: &str, how: Ended) -> Option<Lease> {
+        let lease = self.live.remove(id)?;
+        self.ended.put(id.to_string(), how);
+        Some(lease)
+    }
+
+    /// Ends every lease whose TTL ran out by `now`; returns them for release.
+    pub fn expire(&mut self, now: Instant) -> Vec<Lease> {
+        let mut out = Vec::new();
+        while let Some((at, _)) = self.order.front() {
+            if *at > now {
+                break;
+            }
+            let (_, id) = self.order.pop_front().expect("front exists");
+            if let Some(lease) = self.end(&id, Ended::Expired) {
+                out.push(lease);
+            }
+        }
+        out
+    }
+
+    /// When the next live lease expires.
+    pub fn next_expiry(&mut self) -> Option<Instant> {
+        while let Some((at, id)) = self.order.front() {
+            if self.live.contains_key(id) {
+                return Some(*at);
+            }
+            self.order.pop_front();
+        }
+        None
+    }
+}

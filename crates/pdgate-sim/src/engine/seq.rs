@@ -1,0 +1,110 @@
+//! One request inside the engine ([`Seq`]) and the events it sends to its HTTP handler.
+
+use super::cache::{BlockId, PrefixCache};
+use tokio::sync::mpsc::UnboundedSender;
+use tokio::time::Instant;
+
+/// How the engine treats a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SeqMode {
+    /// Ordinary request: prefill locally, decode `max_tokens`.
+    Local,
+    /// Prefill leg (`do_remote_decode`): one token, then the prompt blocks stay under a lease.
+    PrefillLeg,
+    /// Decode leg whose KV was pulled from a remote prefill: no prefill compute.
+    RemoteDecode,
+}
+
+/// A lease created by a finished prefill leg.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseInfo {
+    /// Lease id (`remote_request_id`).
+    pub id: String,
+    /// Prompt blocks held (`remote_block_ids`).
+    pub blocks: Vec<BlockId>,
+}
+
+/// End of a request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Finish {
+    /// Prompt length.
+    pub prompt_tokens: usize,
+    /// Prompt tokens not computed for this request (`usage.prompt_tokens_details`).
+    pub cached_tokens: usize,
+    /// The lease, for a prefill leg.
+    pub lease: Option<LeaseInfo>,
+}
+
+/// What the engine tells a request's handler.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SeqEvent {
+    /// One more output token.
+    Token,
+    /// The request is done (after its last token).
+    Finished(Finish),
+}
+
+/// A request in the waiting queue or the running batch.
+pub struct Seq {
+    pub(super) tx: UnboundedSender<SeqEvent>,
+    pub(super) mode: SeqMode,
+    pub(super) prompt_len: usize,
+    /// Chained hashes of the prompt's full blocks.
+    pub(super) hashes: Vec<u64>,
+    pub(super) max_tokens: usize,
+    pub(super) arrived: Instant,
+    /// Blocks held: prompt blocks, then output blocks.
+    pub(super) blocks: Vec<BlockId>,
+    /// Blocks still promised for future output.
+    pub(super) reserved: usize,
+    /// Prompt tokens whose KV exists (cached or computed).
+    pub(super) computed: usize,
+    /// Full prompt blocks published in the prefix cache (or found there).
+    pub(super) registered: usize,
+    pub(super) generated: usize,
+    /// Prompt tokens scheduled for prefill in the current step.
+    pub(super) chunk: usize,
+    /// Decodes one token in the current step.
+    pub(super) decode: bool,
+    /// `cached_tokens` to report.
+    pub(super) reported_cached: usize,
+}
+
+impl Seq {
+    /// A request not yet admitted.
+    pub fn new(
+        tx: UnboundedSender<SeqEvent>,
+        mode: SeqMode,
+        prompt_len: usize,
+        hashes: Vec<u64>,
+        max_tokens: usize,
+        arrived: Instant,
+        reported_cached: usize,
+    ) -> Self {
+        Seq {
+            tx,
+            mode,
+            prompt_len,
+            hashes,
+            max_tokens,
+            arrived,
+            blocks: Vec::new(),
+            reserved: 0,
+            computed: 0,
+            registered: 0,
+            generated: 0,
+            chunk: 0,
+            decode: false,
+            reported_cached,
+        }
+    }
+
+    /// Publishes the full prompt blocks computed so far.
+    pub(super) fn register_blocks(&mut self, cache: &mut PrefixCache, block_size: usize) {
+        let full = (self.computed / block_size).min(self.hashes.len());
+        for i in self.registered..full {
+            cache.register(self.blocks[i], self.hashes[i]);
+        }
+        self.registered = self.registered.max(full);
+    }
+}

@@ -1,0 +1,308 @@
+//! `POST /v1/completions` and `POST /v1/chat/completions`: parse, inject failures, run the P/D
+//! handshake for decode legs, queue the request on the engine, and answer JSON or SSE.
+
+use super::shape::{self, Shape, DONE};
+use super::{error, Worker};
+use crate::config::DEFAULT_MAX_TOKENS;
+use crate::cost;
+use crate::engine::{Finish, SeqEvent, SeqMode, SeqRequest, SubmitError};
+use crate::handoff::{self, HandoffFailure, PullTarget, Rejection};
+use crate::tokenizer;
+use axum::body::Body;
+use axum::extract::State;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use bytes::Bytes;
+use http::{header, HeaderMap, HeaderValue};
+use pdgate_api::{headers, ApiKind, InferenceRequest, KvTransferParams};
+use serde_json::{json, Value};
+use std::sync::Arc;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+pub(super) async fn completions(
+    State(w): State<Arc<Worker>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    infer(w, ApiKind::Completions, headers, body).await
+}
+
+pub(super) async fn chat_completions(
+    State(w): State<Arc<Worker>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    infer(w, ApiKind::ChatCompletions, headers, body).await
+}
+
+/// What a finished request answers besides its tokens.
+struct Outcome {
+    kind: ApiKind,
+    shape: Shape,
+    seed: u64,
+    max_tokens: usize,
+    remote_cached: Option<usize>,
+    kv_params: Option<Value>,
+}
+
+async fn infer(w: Arc<Worker>, kind: ApiKind, headers: HeaderMap, body: Bytes) -> Response {
+    let arrived = Instant::now();
+    let req = match InferenceRequest::parse(kind, &body) {
+        Ok(r) => r,
+        Err(e) => return error(400, e.to_string()),
+    };
+    if req.model != w.cfg.model {
+        return error(404, format!("The model `{}` does not exist.", req.model));
+    }
+    let params = match req.body.get("kv_transfer_params") {
+        None | Some(Value::Null) => None,
+        Some(v) => match serde_json::from_value::<KvTransferParams>(v.clone()) {
+            Ok(p) => Some(p),
+            Err(e) => return error(400, format!("field `kv_transfer_params` is invalid: {e}")),
+        },
+    };
+    let include_usage = req
+        .body
+        .get("stream_options")
+        .and_then(|o| o.get("include_usage"))
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
+    if rand::random_bool(w.cfg.error_rate) {
+        w.metrics.injected.with_label_values(&["error"]).inc();
+        w.engine.count(|c| c.injected_errors += 1);
+        return error(w.cfg.error_status, "injected failure (--error-rate)");
+    }
+    if !w.cfg.slow_start.is_zero() {
+        tokio::time::sleep(w.cfg.slow_start).await;
+    }
+    let tokens = tokenizer::prompt_tokens(&req.prompt);
+    let mut max_tokens = req.max_tokens.map_or(DEFAULT_MAX_TOKENS, |m| m as usize);
+    let (mut mode, mut remote_cached) = (SeqMode::Local, None);
+    match &params {
+        Some(p) if p.do_remote_prefill => match remote_prefill(&w, p, &tokens).await {
+            Ok(cached) => {
+                mode = SeqMode::RemoteDecode;
+                remote_cached = Some(cached);
+            }
+            Err(f) => return error(f.status, f.message()),
+        },
+        Some(p) if p.do_remote_decode => {
+            mode = SeqMode::PrefillLeg;
+            max_tokens = 1;
+        }
+        _ => {}
+    }
+    let rx = match w.engine.submit(SeqRequest {
+        tokens: tokens.clone(),
+        max_tokens,
+        mode,
+        remote_cached: remote_cached.unwrap_or(0),
+        arrived,
+    }) {
+        Ok(rx) => rx,
+        Err(e @ SubmitError::Invalid(_)) => return error(400, e.to_string()),
+        Err(e @ SubmitError::Closed) => return error(503, e.to_string()),
+    };
+    let request_id = headers
+        .get(headers::REQUEST_ID)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string)
+        .unwrap_or_else(|| format!("{:016x}", rand::random::<u64>()));
+    let outcome = Outcome {
+        kind,
+        shape: Shape::new(kind, &request_id, &w.cfg.model, req.n),
+        seed: tokenizer::output_seed(&tokens),
+        max_tokens,
+        remote_cached,
+        kv_params: None,
+    };
+    if req.stream {
+        let abort_after = rand::random_bool(w.cfg.abort_rate).then(|| max_tokens / 2);
+        stream(w, rx, outcome, include_usage, abort_after)
+    } else {
+        full(w, rx, outcome).await
+    }
+}
+
+/// Pulls the prompt's KV from the prefill named in `p` and waits the transfer cost; returns the
+/// prefill side's cached tokens.
+async fn remote_prefill(
+    w: &Worker,
+    p: &KvTransferParams,
+    tokens: &[u32],
+) -> Result<usize, HandoffFailure> {
+    let result = async {
+        if p.do_remote_decode {
+            return Err(Rejection::Malformed(
+                "do_remote_prefill and do_remote_decode are both true".into(),
+            )
+            .into());
+        }
+        let target = PullTarget::from_params(p)?;
+        let skip = w.engine.local_hit_tokens(tokens).min(tokens.len());
+        handoff::pull(
+            &w.client,
+            &target,
+            w.spec.revision.clone(),
+            tokens.len(),
+            skip,
+        )
+        .await
+    }
+    .await;
+    let label = match &result {
+        Ok(_) => "ok",
+        Err(f) => f.label,
+    };
+    w.metrics.handoffs.with_label_values(&[label]).inc();
+    w.engine.count(|c| match &result {
+        Ok(_) => c.remote_decode_legs += 1,
+        Err(f) => *c.handoff_rejections.entry(f.label.into()).or_default() += 1,
+    });
+    let grant = result?;
+    let ms = cost::transfer_ms(
+        grant.transferred_tokens,
+        w.cfg.kv_bytes_per_token,
+        w.cfg.kv_bandwidth_gbps,
+        w.cfg.kv_setup_ms,
+    );
+    tokio::time::sleep(w.cfg.scaled(ms)).await;
+    Ok(grant.cached_tokens)
+}
+
+impl Outcome {
+    fn usage(&self, fin: &Finish) -> pdgate_api::Usage {
+        let cached = self.remote_cached.unwrap_or(fin.cached_tokens);
+        shape::usage(
+            fin.prompt_tokens,
+            self.max_tokens * self.shape.n as usize,
+            cached,
+        )
+    }
+
+    fn kv_params(&self, w: &Worker, fin: &Finish) -> Option<Value> {
+        fin.lease.as_ref().map(|l| {
+            json!({
+                "do_remote_prefill": true,
+                "do_remote_decode": false,
+                "remote_engine_id": w.engine.engine_id,
+                "remote_block_ids": l.blocks,
+                "remote_host": w.advertise_host,
+                "remote_port": w.addr.port(),
+                "remote_request_id": l.id,
+                "tp_size": 1,
+            })
+        })
+    }
+
+    fn count_success(&self, w: &Worker) {
+        let kind = self.kind;
+        w.engine.count(|c| match kind {
+            ApiKind::Completions => c.completions += 1,
+            ApiKind::ChatCompletions => c.chat_completions += 1,
+        });
+    }
+}
+
+async fn full(
+    w: Arc<Worker>,
+    mut rx: mpsc::UnboundedReceiver<SeqEvent>,
+    mut o: Outcome,
+) -> Response {
+    loop {
+        match rx.recv().await {
+            Some(SeqEvent::Token) => {}
+            Some(SeqEvent::Finished(fin)) => {
+                o.kv_params = o.kv_params(&w, &fin);
+                let text = tokenizer::output_text(o.seed, o.max_tokens);
+                let mut body = o.shape.full(&text, &o.usage(&fin));
+                if let Some(kv) = o.kv_params.take() {
+                    body["kv_transfer_params"] = kv;
+                }
+                o.count_success(&w);
+                return Json(body).into_response();
+            }
+            None => return error(503, "the engine stopped before the request finished"),
+        }
+    }
+}
+
+fn stream(
+    w: Arc<Worker>,
+    mut rx: mpsc::UnboundedReceiver<SeqEvent>,
+    o: Outcome,
+    include_usage: bool,
+    abort_after: Option<usize>,
+) -> Response {
+    let (tx, body_rx) = mpsc::channel::<Result<Bytes, std::io::Error>>(32);
+    tokio::spawn(async move {
+        if let Some(role) = o.shape.role_chunk() {
+            if tx.send(Ok(shape::sse(&role))).await.is_err() {
+                return;
+            }
+        }
+        let mut sent = 0usize;
+        loop {
+            let Some(ev) = rx.recv().await else {
+                let err = json!({"error": {"message": "the engine stopped before the request finished", "type": "server_error", "code": 503}});
+                let _ = tx.send(Ok(shape::sse(&err))).await;
+                return;
+            };
+            match ev {
+                SeqEvent::Token => {
+                    if abort_after == Some(sent) {
+                        w.metrics.injected.with_label_values(&["abort"]).inc();
+                        w.engine.count(|c| c.injected_aborts += 1);
+                        let _ = tx
+                            .send(Err(std::io::Error::other("injected abort (--abort-rate)")))
+                            .await;
+                        return;
+                    }
+                    let text = tokenizer::output_token_text(o.seed, sent);
+                    sent += 1;
+                    if sent < o.max_tokens {
+                        if tx
+                            .send(Ok(shape::sse(&o.shape.token_chunk(&text, None))))
+                            .await
+                            .is_err()
+                        {
+                            return;
+                        }
+                    } else {
+                        // The last token waits for Finished, which carries usage and the lease.
+                        let Some(SeqEvent::Finished(fin)) = rx.recv().await else {
+                            return;
+                        };
+                        let mut chunk = o.shape.token_chunk(&text, Some("length"));
+                        if let Some(kv) = o.kv_params(&w, &fin) {
+                            chunk["kv_transfer_params"] = kv;
+                        }
+                        let mut out = vec![shape::sse(&chunk)];
+                        if include_usage {
+                            out.push(shape::sse(&o.shape.usage_chunk(&o.usage(&fin))));
+                        }
+                        out.push(Bytes::from_static(DONE));
+                        o.count_success(&w);
+                        for b in out {
+                            if tx.send(Ok(b)).await.is_err() {
+                                return;
+                            }
+                        }
+                        return;
+                    }
+                }
+                SeqEvent::Finished(_) => return,
+            }
+        }
+    });
+    let mut resp =
+        Body::from_stream(tokio_stream::wrappers::ReceiverStream::new(body_rx)).into_response();
+    let h = resp.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    resp
+}

@@ -1,0 +1,187 @@
+//! The worker's HTTP API: OpenAI inference routes, `/v1/models`, `/health`, `/metrics`, the
+//! internal KV side channel `/kv/pull`, and `/sim/info`. Every response carries
+//! `x-sim-worker`, `x-sim-role`, `x-sim-revision` and echoes `x-request-id`.
+
+mod infer;
+pub mod shape;
+
+use crate::config::{SimConfig, WorkerSpec};
+use crate::engine::Engine;
+use crate::handoff::{PullRequest, PULL_PATH, REJECT_HEADER};
+use crate::metrics::Metrics;
+use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use bytes::Bytes;
+use http::{header, HeaderValue, StatusCode};
+use pdgate_api::{headers, ErrorBody};
+use serde_json::json;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+/// Largest accepted request body.
+const BODY_LIMIT: usize = 64 * 1024 * 1024;
+
+/// What every handler of one worker shares.
+pub struct Worker {
+    /// Identity (role canonicalized).
+    pub spec: WorkerSpec,
+    /// Engine settings.
+    pub cfg: SimConfig,
+    /// The engine.
+    pub engine: Arc<Engine>,
+    /// The worker's registry.
+    pub metrics: Arc<Metrics>,
+    /// Listening address.
+    pub addr: SocketAddr,
+    /// Host advertised in `kv_transfer_params.remote_host`.
+    pub advertise_host: String,
+    /// Client for KV pulls.
+    pub client: reqwest::Client,
+    name_header: HeaderValue,
+    role_header: HeaderValue,
+    revision_header: Option<HeaderValue>,
+}
+
+impl Worker {
+    /// Builds the shared state; errors when the name or revision cannot be a header value.
+    pub fn new(
+        spec: WorkerSpec,
+        cfg: SimConfig,
+        engine: Arc<Engine>,
+        metrics: Arc<Metrics>,
+        addr: SocketAddr,
+        advertise_host: String,
+    ) -> anyhow::Result<Self> {
+        let value = |what: &str, v: &str| {
+            HeaderValue::from_str(v)
+                .map_err(|_| anyhow::anyhow!("worker {what} {v:?} is not a valid header value"))
+        };
+        Ok(Worker {
+            name_header: value("name", &spec.name)?,
+            role_header: value("role", &spec.role)?,
+            revision_header: spec
+                .revision
+                .as_deref()
+                .map(|r| value("revision", r))
+                .transpose()?,
+            client: reqwest::Client::builder()
+                .connect_timeout(std::time::Duration::from_secs(2))
+                .build()?,
+            spec,
+            cfg,
+            engine,
+            metrics,
+            addr,
+            advertise_host,
+        })
+    }
+}
+
+/// The worker's routes.
+pub fn router(worker: Arc<Worker>) -> Router {
+    Router::new()
+        .route("/v1/completions", post(infer::completions))
+        .route("/v1/chat/completions", post(infer::chat_completions))
+        .route("/v1/models", get(models))
+        .route("/health", get(|| async { StatusCode::OK }))
+        .route("/metrics", get(metrics))
+        .route("/sim/info", get(info))
+        .route(PULL_PATH, post(kv_pull))
+        .fallback(|| async { error(404, "no such route") })
+        .layer(axum::middleware::from_fn_with_state(worker.clone(), stamp))
+        .layer(DefaultBodyLimit::max(BODY_LIMIT))
+        .with_state(worker)
+}
+
+/// An OpenAI error response.
+pub fn error(status: u16, message: impl Into<String>) -> Response {
+    let code = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    (code, Json(ErrorBody::new(code.as_u16(), message))).into_response()
+}
+
+async fn stamp(State(w): State<Arc<Worker>>, req: Request, next: Next) -> Response {
+    let request_id = req.headers().get(headers::REQUEST_ID).cloned();
+    let mut resp = next.run(req).await;
+    let h = resp.headers_mut();
+    h.insert(headers::SIM_WORKER, w.name_header.clone());
+    h.insert(headers::SIM_ROLE, w.role_header.clone());
+    if let Some(rev) = &w.revision_header {
+        h.insert(headers::SIM_REVISION, rev.clone());
+    }
+    if let Some(id) = request_id {
+        h.insert(headers::REQUEST_ID, id);
+    }
+    resp
+}
+
+async fn models(State(w): State<Arc<Worker>>) -> Response {
+    let created = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    Json(json!({
+        "object": "list",
+        "data": [{
+            "id": w.cfg.model,
+            "object": "model",
+            "created": created,
+            "owned_by": "pdgate-sim",
+            "root": w.cfg.model,
+            "parent": null,
+            "max_model_len": w.cfg.max_model_len,
+            "permission": [],
+        }],
+    }))
+    .into_response()
+}
+
+async fn metrics(State(w): State<Arc<Worker>>) -> Response {
+    w.engine.refresh_metrics();
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        w.metrics.render(),
+    )
+        .into_response()
+}
+
+async fn info(State(w): State<Arc<Worker>>) -> Response {
+    Json(json!({
+        "name": w.spec.name,
+        "role": w.spec.role,
+        "revision": w.spec.revision,
+        "labels": w.spec.labels,
+        "engine_id": w.engine.engine_id,
+        "model": w.cfg.model,
+        "addr": w.addr.to_string(),
+        "advertise_host": w.advertise_host,
+    }))
+    .into_response()
+}
+
+async fn kv_pull(State(w): State<Arc<Worker>>, body: Bytes) -> Response {
+    let req: PullRequest = match serde_json::from_slice(&body) {
+        Ok(r) => r,
+        Err(e) => {
+            let mut resp = error(400, format!("pull request is malformed: {e}"));
+            resp.headers_mut()
+                .insert(REJECT_HEADER, HeaderValue::from_static("malformed"));
+            return resp;
+        }
+    };
+    let addr = format!("{}:{}", w.advertise_host, w.addr.port());
+    match w.engine.pull(&req, &addr) {
+        Ok(grant) => Json(grant).into_response(),
+        Err(r) => {
+            let mut resp = error(r.status(), r.to_string());
+            resp.headers_mut()
+                .insert(REJECT_HEADER, HeaderValue::from_static(r.label()));
+            resp
+        }
+    }
+}

@@ -1,0 +1,185 @@
+//! Prometheus metrics of one worker under vLLM's names (design.md §5.4), with vLLM's labels
+//! `engine="0"` and `model_name`, plus the simulator's own `pdgate_sim_*` counters.
+//! Latency histograms are in wall-clock seconds (what a client measures at this speedup).
+
+use prometheus::{
+    Encoder, Gauge, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, Opts, Registry,
+    TextEncoder,
+};
+
+/// Latency buckets (seconds), vLLM's TTFT buckets.
+const LATENCY_BUCKETS: &[f64] = &[
+    0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+    20.0, 40.0, 80.0, 160.0, 640.0, 2560.0,
+];
+
+/// One worker's registry and metric handles.
+pub struct Metrics {
+    registry: Registry,
+    /// `vllm:num_requests_running`
+    pub running: IntGauge,
+    /// `vllm:num_requests_waiting`
+    pub waiting: IntGauge,
+    /// `vllm:kv_cache_usage_perc` (0..1)
+    pub kv_usage: Gauge,
+    /// `vllm:prefix_cache_queries_total` (tokens)
+    pub prefix_queries: IntCounter,
+    /// `vllm:prefix_cache_hits_total` (tokens)
+    pub prefix_hits: IntCounter,
+    /// `vllm:prompt_tokens_total`
+    pub prompt_tokens: IntCounter,
+    /// `vllm:generation_tokens_total`
+    pub generation_tokens: IntCounter,
+    /// `vllm:request_success_total{finished_reason}`
+    pub request_success: IntCounterVec,
+    /// `vllm:time_to_first_token_seconds`
+    pub ttft: Histogram,
+    /// `vllm:e2e_request_latency_seconds`
+    pub e2e: Histogram,
+    /// `pdgate_sim_kv_handoffs_total{result}`: decode legs by handoff result.
+    pub handoffs: IntCounterVec,
+    /// `pdgate_sim_kv_pulls_total{result}`: pulls served by this (prefill) worker, by result.
+    pub pulls: IntCounterVec,
+    /// `pdgate_sim_kv_leases`: live prefill leases.
+    pub leases: IntGauge,
+    /// `pdgate_sim_injected_failures_total{kind}`: injected errors and aborts.
+    pub injected: IntCounterVec,
+}
+
+impl Metrics {
+    /// Registers every metric for `model` with the cache geometry in `vllm:cache_config_info`.
+    pub fn new(model: &str, block_size: usize, num_gpu_blocks: usize) -> Self {
+        let registry = Registry::new();
+        let opts = |name: &str, help: &str| {
+            Opts::new(name, help)
+                .const_label("engine", "0")
+                .const_label("model_name", model)
+        };
+        let hist = |name: &str, help: &str| {
+            HistogramOpts::new(name, help)
+                .const_label("engine", "0")
+                .const_label("model_name", model)
+                .buckets(LATENCY_BUCKETS.to_vec())
+        };
+        let m = Metrics {
+            running: IntGauge::with_opts(opts(
+                "vllm:num_requests_running",
+                "Requests in the running batch.",
+            ))
+            .expect("valid metric"),
+            waiting: IntGauge::with_opts(opts(
+                "vllm:num_requests_waiting",
+                "Requests waiting for admission.",
+            ))
+            .expect("valid metric"),
+            kv_usage: Gauge::with_opts(opts(
+                "vllm:kv_cache_usage_perc",
+                "KV cache usage (referenced blocks / capacity), 0..1.",
+            ))
+            .expect("valid metric"),
+            prefix_queries: IntCounter::with_opts(opts(
+                "vllm:prefix_cache_queries_total",
+                "Prompt tokens looked up in the prefix cache.",
+            ))
+            .expect("valid metric"),
+            prefix_hits: IntCounter::with_opts(opts(
+                "vllm:prefix_cache_hits_total",
+                "Prompt tokens found in the prefix cache.",
+            ))
+            .expect("valid metric"),
+            prompt_tokens: IntCounter::with_opts(opts(
+                "vllm:prompt_tokens_total",
+                "Prompt tokens of finished requests.",
+            ))
+            .expect("valid metric"),
+            generation_tokens: IntCounter::with_opts(opts(
+                "vllm:generation_tokens_total",
+                "Generated tokens.",
+            ))
+            .expect("valid metric"),
+            request_success: IntCounterVec::new(
+                opts("vllm:request_success_total", "Finished requests."),
+                &["finished_reason"],
+            )
+            .expect("valid metric"),
+            ttft: Histogram::with_opts(hist(
+                "vllm:time_to_first_token_seconds",
+                "Time to first token (wall clock).",
+            ))
+            .expect("valid metric"),
+            e2e: Histogram::with_opts(hist(
+                "vllm:e2e_request_latency_seconds",
+                "End-to-end request latency (wall clock).",
+            ))
+            .expect("valid metric"),
+            handoffs: IntCounterVec::new(
+                opts(
+                    "pdgate_sim_kv_handoffs_total",
+                    "Decode legs with remote prefill, by handoff result.",
+                ),
+                &["result"],
+            )
+            .expect("valid metric"),
+            pulls: IntCounterVec::new(
+                opts(
+                    "pdgate_sim_kv_pulls_total",
+                    "KV pulls answered by this worker's leases, by result.",
+                ),
+                &["result"],
+            )
+            .expect("valid metric"),
+            leases: IntGauge::with_opts(opts("pdgate_sim_kv_leases", "Live prefill leases."))
+                .expect("valid metric"),
+            injected: IntCounterVec::new(
+                opts(
+                    "pdgate_sim_injected_failures_total",
+                    "Injected failures by kind (error, abort).",
+                ),
+                &["kind"],
+            )
+            .expect("valid metric"),
+            registry,
+        };
+        let cache_info = IntGauge::with_opts(
+            opts("vllm:cache_config_info", "KV cache configuration.")
+                .const_label("block_size", block_size.to_string())
+                .const_label("num_gpu_blocks", num_gpu_blocks.to_string()),
+        )
+        .expect("valid metric");
+        cache_info.set(1);
+        m.request_success.with_label_values(&["length"]);
+        m.handoffs.with_label_values(&["ok"]);
+        m.pulls.with_label_values(&["ok"]);
+        let r = &m.registry;
+        let collectors: Vec<Box<dyn prometheus::core::Collector>> = vec![
+            Box::new(cache_info),
+            Box::new(m.running.clone()),
+            Box::new(m.waiting.clone()),
+            Box::new(m.kv_usage.clone()),
+            Box::new(m.prefix_queries.clone()),
+            Box::new(m.prefix_hits.clone()),
+            Box::new(m.prompt_tokens.clone()),
+            Box::new(m.generation_tokens.clone()),
+            Box::new(m.request_success.clone()),
+            Box::new(m.ttft.clone()),
+            Box::new(m.e2e.clone()),
+            Box::new(m.handoffs.clone()),
+            Box::new(m.pulls.clone()),
+            Box::new(m.leases.clone()),
+            Box::new(m.injected.clone()),
+        ];
+        for c in collectors {
+            r.register(c).expect("metric registered once");
+        }
+        m
+    }
+
+    /// The text exposition format.
+    pub fn render(&self) -> String {
+        let mut buf = Vec::new();
+        TextEncoder::new()
+            .encode(&self.registry.gather(), &mut buf)
+            .expect("text encoding cannot fail");
+        String::from_utf8(buf).expect("exposition is UTF-8")
+    }
+}

@@ -1,0 +1,45 @@
+//! [`WorkerStats`]: a worker's counters and current load, for tests and the in-process demo.
+
+use std::collections::BTreeMap;
+
+/// A snapshot of one worker's counters (since start) and load (now).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct WorkerStats {
+    /// Requests answered 200 on `/v1/completions`.
+    pub completions: u64,
+    /// Requests answered 200 on `/v1/chat/completions`.
+    pub chat_completions: u64,
+    /// Prefill legs (`do_remote_decode`) that finished and left a lease.
+    pub prefill_legs: u64,
+    /// Decode legs whose KV came from a remote prefill (pull succeeded).
+    pub remote_decode_legs: u64,
+    /// Decode legs whose pull failed, by reason (`unknown_engine`, `unknown_lease`, `expired`,
+    /// `consumed`, `revision_mismatch`, `prompt_mismatch`, `malformed`, `unreachable`).
+    pub handoff_rejections: BTreeMap<String, u64>,
+    /// Pulls of this worker's leases that succeeded.
+    pub pulls_served: u64,
+    /// Pulls of this worker's leases that it refused, by reason.
+    pub pull_rejections: BTreeMap<String, u64>,
+    /// Σ `cached_tokens` reported in `usage`.
+    pub cached_tokens: u64,
+    /// Σ `prompt_tokens` reported in `usage`.
+    pub prompt_tokens: u64,
+    /// Generated tokens.
+    pub generation_tokens: u64,
+    /// Requests dropped because their client went away.
+    pub cancelled: u64,
+    /// Injected errors (`--error-rate`).
+    pub injected_errors: u64,
+    /// Streams cut by `--abort-rate`.
+    pub injected_aborts: u64,
+    /// Requests in the running batch now.
+    pub running: usize,
+    /// Requests waiting for admission now.
+    pub waiting: usize,
+    /// KV blocks referenced now (running requests and leases).
+    pub kv_blocks_used: usize,
+    /// KV capacity in blocks.
+    pub kv_blocks_total: usize,
+    /// Live prefill leases now.
+    pub leases: usize,
+}

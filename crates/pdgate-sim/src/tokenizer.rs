@@ -1,0 +1,95 @@
+//! A deterministic local tokenizer: one token per whitespace-separated word, its id a hash of
+//! the word. Prefix-stable at word boundaries (a text prefix that ends between words gives a
+//! token prefix), which is all prefix caching needs.
+
+use pdgate_api::PromptInput;
+use xxhash_rust::xxh3::xxh3_64;
+
+/// Size of the simulated vocabulary; token ids are below it.
+pub const VOCAB_SIZE: u32 = 128_000;
+
+/// Token ids of `text`.
+pub fn tokenize(text: &str) -> Vec<u32> {
+    text.split_whitespace()
+        .map(|w| (xxh3_64(w.as_bytes()) % VOCAB_SIZE as u64) as u32)
+        .collect()
+}
+
+/// Token ids of a prompt: text is tokenized, token ids are taken as they are.
+pub fn prompt_tokens(prompt: &PromptInput) -> Vec<u32> {
+    match prompt {
+        PromptInput::Text(t) => tokenize(t),
+        PromptInput::Tokens(t) => t.clone(),
+    }
+}
+
+const WORDS: &[&str] = &[
+    "the",
+    "model",
+    "router",
+    "prefill",
+    "decode",
+    "cache",
+    "block",
+    "token",
+    "engine",
+    "fleet",
+    "request",
+    "stream",
+    "batch",
+    "lease",
+    "revision",
+    "prefix",
+    "kernel",
+    "tensor",
+    "layer",
+    "answer",
+    "quick",
+    "brown",
+    "fox",
+    "jumps",
+    "over",
+    "lazy",
+    "dog",
+    "and",
+    "then",
+    "again",
+    "simulated",
+    "output",
+];
+
+/// Seed of a request's output text: the same prompt gives the same words.
+pub fn output_seed(tokens: &[u32]) -> u64 {
+    let mut bytes = Vec::with_capacity(tokens.len() * 4);
+    for t in tokens {
+        bytes.extend_from_slice(&t.to_le_bytes());
+    }
+    xxh3_64(&bytes)
+}
+
+/// Text of output token `index` (a leading space and a word).
+pub fn output_token_text(seed: u64, index: usize) -> String {
+    let h = xxh3_64(&[seed.to_le_bytes(), (index as u64).to_le_bytes()].concat());
+    format!(" {}", WORDS[(h % WORDS.len() as u64) as usize])
+}
+
+/// Text of output tokens `0..n`.
+pub fn output_text(seed: u64, n: usize) -> String {
+    (0..n).map(|i| output_token_text(seed, i)).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn word_tokens_are_deterministic_and_prefix_stable() {
+        let a = tokenize("the quick  brown\nfox jumps");
+        assert_eq!(a.len(), 5);
+        assert_eq!(a, tokenize("the quick brown fox jumps"));
+        assert_eq!(&a[..3], &tokenize("the quick brown ")[..]);
+        assert!(a.iter().all(|t| *t < VOCAB_SIZE));
+        assert_eq!(output_text(7, 3), output_text(7, 3));
+        assert_eq!(output_text(7, 3).split_whitespace().count(), 3);
+    }
+}

@@ -1,0 +1,180 @@
+//! Starting workers: [`spawn_worker`] (one engine + its HTTP server on a given listener),
+//! [`spawn_fleet`] (many in one process), and the [`WorkerHandle`] that stops them.
+
+use crate::config::{SimConfig, WorkerSpec};
+use crate::engine::Engine;
+use crate::fleet::canonical_role;
+use crate::http::{router, Worker};
+use crate::metrics::Metrics;
+use crate::stats::WorkerStats;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+/// A running worker. Dropping it (or [`WorkerHandle::shutdown`]) stops the engine, fails
+/// in-flight requests and closes the listener.
+pub struct WorkerHandle {
+    spec: WorkerSpec,
+    addr: SocketAddr,
+    engine: Arc<Engine>,
+    stop: watch::Sender<bool>,
+    server: Option<JoinHandle<()>>,
+    engine_task: JoinHandle<()>,
+}
+
+impl WorkerHandle {
+    /// Listening address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// `http://addr`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Worker name.
+    pub fn name(&self) -> &str {
+        &self.spec.name
+    }
+
+    /// Canonical role label.
+    pub fn role(&self) -> &str {
+        &self.spec.role
+    }
+
+    /// Revision label.
+    pub fn revision(&self) -> Option<&str> {
+        self.spec.revision.as_deref()
+    }
+
+    /// Identity (role canonicalized).
+    pub fn spec(&self) -> &WorkerSpec {
+        &self.spec
+    }
+
+    /// Engine id written into `remote_engine_id`.
+    pub fn engine_id(&self) -> &str {
+        &self.engine.engine_id
+    }
+
+    /// Counters and current load.
+    pub fn stats(&self) -> WorkerStats {
+        self.engine.stats()
+    }
+
+    /// Stops the worker and waits (at most 5 s) for its server to close.
+    pub async fn shutdown(mut self) {
+        self.stop_now();
+        if let Some(server) = self.server.take() {
+            let _ = tokio::time::timeout(Duration::from_secs(5), server).await;
+        }
+    }
+
+    fn stop_now(&self) {
+        let _ = self.stop.send(true);
+        self.engine_task.abort();
+        self.engine.close();
+    }
+}
+
+impl Drop for WorkerHandle {
+    fn drop(&mut self) {
+        self.stop_now();
+    }
+}
+
+/// Starts one worker serving on `listener`.
+///
+/// Errors: invalid settings ([`SimConfig::validate`]), unknown role, a name or revision that
+/// cannot be a header value.
+pub async fn spawn_worker(
+    spec: WorkerSpec,
+    cfg: SimConfig,
+    listener: TcpListener,
+) -> anyhow::Result<WorkerHandle> {
+    cfg.validate()?;
+    anyhow::ensure!(!spec.name.is_empty(), "a worker needs a name");
+    let role =
+        canonical_role(&spec.role).map_err(|e| anyhow::anyhow!("worker {}: {e}", spec.name))?;
+    let spec = WorkerSpec { role, ..spec };
+    let addr = listener.local_addr()?;
+    let advertise_host = cfg.advertise_host.clone().unwrap_or_else(|| {
+        if addr.ip().is_unspecified() {
+            "127.0.0.1".to_string()
+        } else {
+            addr.ip().to_string()
+        }
+    });
+    let engine_id = format!("{}-{:08x}", spec.name, rand::random::<u32>());
+    let metrics = Arc::new(Metrics::new(&cfg.model, cfg.block_size, cfg.num_gpu_blocks));
+    let engine = Arc::new(Engine::new(
+        cfg.clone(),
+        engine_id,
+        spec.revision.clone(),
+        metrics.clone(),
+    ));
+    let worker = Arc::new(Worker::new(
+        spec.clone(),
+        cfg,
+        engine.clone(),
+        metrics,
+        addr,
+        advertise_host,
+    )?);
+    let engine_task = tokio::spawn(engine.clone().run());
+    let (stop, mut stopped) = watch::channel(false);
+    let app = router(worker);
+    let name = spec.name.clone();
+    let server = tokio::spawn(async move {
+        let shutdown = async move {
+            let _ = stopped.wait_for(|s| *s).await;
+        };
+        if let Err(e) = axum::serve(listener, app)
+            .with_graceful_shutdown(shutdown)
+            .await
+        {
+            tracing::warn!(worker = %name, error = %e, "server stopped");
+        }
+    });
+    Ok(WorkerHandle {
+        spec,
+        addr,
+        engine,
+        stop,
+        server: Some(server),
+        engine_task,
+    })
+}
+
+/// Starts `specs` on `host`, worker i on `first_port + i` (0 = each on an ephemeral port).
+/// On error the workers already started are stopped.
+pub async fn spawn_fleet(
+    specs: Vec<WorkerSpec>,
+    cfg: SimConfig,
+    host: &str,
+    first_port: u16,
+) -> anyhow::Result<Vec<WorkerHandle>> {
+    let mut out = Vec::with_capacity(specs.len());
+    for (i, spec) in specs.into_iter().enumerate() {
+        let port = if first_port == 0 {
+            0
+        } else {
+            u16::try_from(first_port as usize + i)
+                .map_err(|_| anyhow::anyhow!("port {} is over 65535", first_port as usize + i))?
+        };
+        let listener = bind(host, port).await?;
+        out.push(spawn_worker(spec, cfg.clone(), listener).await?);
+    }
+    Ok(out)
+}
+
+/// Binds `host:port`, with an error naming the address.
+pub async fn bind(host: &str, port: u16) -> anyhow::Result<TcpListener> {
+    TcpListener::bind((host, port))
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot listen on {host}:{port}: {e}"))
+}
