@@ -73,7 +73,7 @@ pub struct SimArgs {
     /// Status of injected errors.
     #[arg(long, default_value_t = DEFAULT_ERROR_STATUS)]
     pub error_status: u16,
-    /// Probability (0..1) of cutting a stream mid-way (the body ends abruptly, no [DONE]).
+    /// Probability (0..1) of cutting a stream mid-way (the body ends abruptly, without `data: [DONE]`).
     #[arg(long, default_value_t = DEFAULT_ABORT_RATE)]
     pub abort_rate: f64,
     /// Wall-clock delay before each inference request is processed.

@@ -9,6 +9,7 @@ use std::path::PathBuf;
 
 const REQUESTS: usize = 500;
 const SPEEDUP: f64 = 100.0;
+const NUM_GPU_BLOCKS: usize = 262_144;
 
 fn trace() -> PathBuf {
     PathBuf::from(concat!(
@@ -18,9 +19,11 @@ fn trace() -> PathBuf {
 }
 
 async fn run(config: &str) -> Report {
-    let fleet = fleet::start(&FleetSpec::new(2, 4, SPEEDUP), config)
-        .await
-        .unwrap();
+    let mut spec = FleetSpec::new(2, 4, SPEEDUP);
+    // A KV pool of 4M tokens per worker (Mooncake-style DRAM pool), so that reuse in the
+    // trace is limited by routing, not by eviction.
+    spec.sim.num_gpu_blocks = NUM_GPU_BLOCKS;
+    let fleet = fleet::start(&spec, config).await.unwrap();
     let records = load_mooncake(&trace(), Some(REQUESTS)).unwrap();
     let work = mooncake_work(&records, 512);
     let mut cfg = ReplayConfig::new(fleet.url(), pdgate_sim::config::DEFAULT_MODEL);

@@ -118,7 +118,7 @@ async fn infer(w: Arc<Worker>, kind: ApiKind, headers: HeaderMap, body: Bytes) -
         kv_params: None,
     };
     if req.stream {
-        let abort_after = rand::random_bool(w.cfg.abort_rate).then(|| max_tokens / 2);
+        let abort_after = rand::random_bool(w.cfg.abort_rate).then_some(max_tokens / 2);
         stream(w, rx, outcome, include_usage, abort_after)
     } else {
         full(w, rx, outcome).await

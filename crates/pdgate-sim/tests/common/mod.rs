@@ -33,7 +33,9 @@ pub async fn post(url: &str, path: &str, body: Value) -> Resp {
 
 /// POSTs with extra headers.
 pub async fn post_with(url: &str, path: &str, body: Value, headers: &[(&str, &str)]) -> Resp {
-    let mut req = reqwest::Client::new().post(format!("{url}{path}")).json(&body);
+    let mut req = reqwest::Client::new()
+        .post(format!("{url}{path}"))
+        .json(&body);
     for (k, v) in headers {
         req = req.header(*k, *v);
     }
@@ -42,7 +44,11 @@ pub async fn post_with(url: &str, path: &str, body: Value, headers: &[(&str, &st
     let headers = r.headers().clone();
     let text = r.text().await.unwrap();
     let body = serde_json::from_str(&text).unwrap_or(Value::String(text));
-    Resp { status, headers, body }
+    Resp {
+        status,
+        headers,
+        body,
+    }
 }
 
 /// POSTs a streaming request; returns the status and the raw body text.
@@ -61,7 +67,9 @@ pub fn sse_events(text: &str) -> (Vec<Value>, bool) {
     let mut events = Vec::new();
     let mut done = false;
     for block in text.split("\n\n").filter(|b| !b.is_empty()) {
-        let data = block.strip_prefix("data: ").expect("every event is `data: ...`");
+        let data = block
+            .strip_prefix("data: ")
+            .expect("every event is `data: ...`");
         if data == "[DONE]" {
             done = true;
         } else {
