@@ -265,31 +265,3 @@ fn tied_scores_are_broken_randomly() {
     }
     assert_eq!(seen.len(), 3, "{seen:?}");
 }
-
-/// Run with `cargo test -p pdgate-scheduler --release -- --ignored --nocapture`.
-#[test]
-#[ignore]
-fn pick_over_64_endpoints_with_32k_prompt_is_fast() {
-    let s = Scheduler::from_yaml(DEFAULT_CONFIG_YAML, "default").unwrap();
-    let eps: Vec<_> = (0..64)
-        .map(|i| {
-            ep(
-                &format!("d{i}"),
-                Some(if i < 16 { "prefill" } else { "decode" }),
-            )
-        })
-        .collect();
-    let snap = snapshot(&eps);
-    let prompt = tokens(0..32768);
-    for _ in 0..200 {
-        drop(s.schedule(&req(&prompt, None), &snap).unwrap()); // warm the index everywhere
-    }
-    let n = 2000;
-    let start = std::time::Instant::now();
-    for _ in 0..n {
-        drop(s.schedule(&req(&prompt, None), &snap).unwrap());
-    }
-    let per = start.elapsed() / n;
-    println!("schedule(): {per:?} per pick");
-    assert!(per < std::time::Duration::from_micros(50), "{per:?}");
-}

@@ -174,6 +174,10 @@ pub async fn serve_on(
         message: e.to_string(),
     })?;
     let app = router(state.clone());
+    // Responses are written whole; Nagle would only delay the last segment of each.
+    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
     tasks.push(tokio::spawn(async move {
         if let Err(e) = axum::serve(listener, app).await {
             tracing::error!(error = %e, "server stopped");

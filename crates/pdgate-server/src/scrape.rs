@@ -126,7 +126,7 @@ pub fn start(
         loop {
             tick.tick().await;
             let snap = registry.snapshot();
-            let want_models = snap.version != seen_version || n % models_every.max(1) == 0;
+            let want_models = snap.version != seen_version || n.is_multiple_of(models_every.max(1));
             seen_version = snap.version;
             n = n.wrapping_add(1);
             let jobs = snap.endpoints.iter().map(|e| {

@@ -18,8 +18,14 @@ pub struct DemoArgs {
     #[arg(long, default_value_t = 4)]
     pub decode: usize,
     /// Simulator speedup (divides every simulated duration) and replay speedup.
-    #[arg(long, default_value_t = 20.0)]
+    #[arg(long, default_value_t = 2.0)]
     pub speedup: f64,
+    /// KV cache capacity of each simulated worker, in 16-token blocks.
+    #[arg(long, default_value_t = 2048)]
+    pub num_gpu_blocks: usize,
+    /// Distinct shared system prompts in the chat workload.
+    #[arg(long, default_value_t = 16)]
+    pub system_prompts: usize,
     /// Conversations in the chat workload.
     #[arg(long, default_value_t = 48)]
     pub conversations: usize,
@@ -35,11 +41,13 @@ pub struct DemoArgs {
 }
 
 async fn one_run(args: &DemoArgs, name: &str, config: &str) -> anyhow::Result<Report> {
-    let spec = FleetSpec::new(args.prefill, args.decode, args.speedup);
+    let mut spec = FleetSpec::new(args.prefill, args.decode, args.speedup);
+    spec.sim.num_gpu_blocks = args.num_gpu_blocks;
     let fleet = fleet::start(&spec, config).await?;
     let work = chat_workload(&ChatWorkloadConfig {
         conversations: args.conversations,
         turns: args.turns,
+        system_prompts: args.system_prompts,
         ..ChatWorkloadConfig::default()
     });
     eprintln!(

@@ -8,7 +8,7 @@ use pdgate_scheduler::{DEFAULT_CONFIG_YAML, ROUND_ROBIN_CONFIG_YAML};
 use std::path::PathBuf;
 
 const REQUESTS: usize = 500;
-const SPEEDUP: f64 = 100.0;
+const SPEEDUP: f64 = 25.0;
 const NUM_GPU_BLOCKS: usize = 262_144;
 
 fn trace() -> PathBuf {
