@@ -159,6 +159,8 @@ impl InferenceRequest {
     }
 }
 
+const U32_RANGE: &str = "must be an integer from 0 to 4294967295";
+
 fn opt_u32(body: &Map<String, Value>, field: &'static str) -> Result<Option<u32>, RequestError> {
     match body.get(field) {
         None | Some(Value::Null) => Ok(None),
@@ -168,11 +170,11 @@ fn opt_u32(body: &Map<String, Value>, field: &'static str) -> Result<Option<u32>
             .map(Some)
             .ok_or(RequestError::InvalidField {
                 field,
-                expected: "must be a non-negative integer",
+                expected: U32_RANGE,
             }),
         Some(_) => Err(RequestError::InvalidField {
             field,
-            expected: "must be a non-negative integer",
+            expected: U32_RANGE,
         }),
     }
 }
@@ -231,12 +233,26 @@ pub fn flatten_messages(v: Option<&Value>) -> Result<String, RequestError> {
             Some(Value::String(s)) => out.push_str(s),
             Some(Value::Array(parts)) => {
                 for p in parts {
+                    if !p.is_object() {
+                        return Err(RequestError::InvalidField {
+                            field: "messages.content",
+                            expected: "must be a string or an array of content-part objects",
+                        });
+                    }
                     if let Some(t) = p.get("text").and_then(Value::as_str) {
                         out.push_str(t);
                     }
                 }
             }
-            _ => {}
+            // An assistant turn that only carries tool calls has no content (OpenAI).
+            None | Some(Value::Null) if role == "assistant" => {}
+            None | Some(Value::Null) => return Err(RequestError::MissingField("messages.content")),
+            Some(_) => {
+                return Err(RequestError::InvalidField {
+                    field: "messages.content",
+                    expected: "must be a string or an array of content-part objects",
+                })
+            }
         }
         out.push('\n');
     }
@@ -315,7 +331,7 @@ mod tests {
                 ApiKind::Completions,
                 br#"{"model":"m","prompt":"x","max_tokens":-1}"#
             ),
-            "field `max_tokens` must be a non-negative integer"
+            "field `max_tokens` must be an integer from 0 to 4294967295"
         );
         assert_eq!(e(ApiKind::Completions, br#"{"model":"m","prompt":["a","b"]}"#), "field `prompt` must be a string, an array of token ids, or a one-element array of either");
         assert_eq!(

@@ -37,8 +37,8 @@ pub struct BenchArgs {
     /// `model` of every request; default: the first id of GET {url}/v1/models.
     #[arg(long)]
     pub model: Option<String>,
-    /// Cap on each request's output length (`max_tokens`), in tokens.
-    #[arg(long, value_name = "TOKENS")]
+    /// Cap on each request's output length (`max_tokens`), in tokens (at least 1).
+    #[arg(long, value_name = "TOKENS", value_parser = clap::value_parser!(u32).range(1..))]
     pub max_output_tokens: Option<u32>,
     /// Also write the report, with per-request records, as JSON to FILE.
     #[arg(long, value_name = "FILE")]
@@ -49,6 +49,10 @@ pub struct BenchArgs {
     /// Seed of the built-in workload generators.
     #[arg(long, default_value_t = 42)]
     pub seed: u64,
+    /// Send each request only after the previous one's response head came back, so the
+    /// server sees the exact trace order (for order-sensitive baselines such as round-robin).
+    #[arg(long)]
+    pub ordered: bool,
     /// Extra header on every request, `NAME: VALUE` (repeatable).
     #[arg(long = "header", value_name = "NAME: VALUE", value_parser = parse_header)]
     pub headers: Vec<(String, String)>,
@@ -107,7 +111,8 @@ pub fn build_work(args: &BenchArgs) -> anyhow::Result<Vec<WorkItem>> {
 /// Runs `pdgate bench`: builds the workload, finds the model, replays, prints the table on
 /// stdout and writes `--json` when asked.
 ///
-/// Errors: those of [`build_work`], model discovery, [`replay`], or writing the JSON file.
+/// Errors: those of [`build_work`], model discovery, [`replay`], or writing the JSON file;
+/// and, after the report is printed, a replay in which no request succeeded.
 pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
     let work = build_work(&args)?;
     let model = match &args.model {
@@ -130,6 +135,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         concurrency: args.concurrency,
         max_output_tokens: args.max_output_tokens,
         progress: !args.quiet,
+        ordered: args.ordered,
         headers: args.headers.clone(),
         ..ReplayConfig::new(args.url.clone(), model)
     };
@@ -139,6 +145,9 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         let text = serde_json::to_string_pretty(&report)?;
         std::fs::write(path, text)
             .map_err(|e| anyhow::anyhow!("writing report {}: {e}", path.display()))?;
+    }
+    if report.requests > 0 && report.ok == 0 {
+        anyhow::bail!("no request succeeded (errors: {:?})", report.errors);
     }
     Ok(())
 }

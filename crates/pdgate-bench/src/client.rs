@@ -11,7 +11,8 @@ use std::time::Instant;
 /// Longest error body kept in a record, in bytes.
 pub const MAX_ERROR_BODY: usize = 1_000;
 
-/// Sends `body` to `url` with `headers` and follows the response to its end.
+/// Sends `body` to `url` with `headers` and follows the response to its end. `on_head`, when
+/// given, is fired as soon as the response head arrived (or the request failed).
 ///
 /// Never fails: a non-2xx is recorded with its status and error body, a connect or read
 /// failure as [`STATUS_TRANSPORT`], an SSE error event as `stream_error`. Times are ms from
@@ -22,6 +23,7 @@ pub async fn send_one(
     headers: &HeaderMap,
     body: &Value,
     index: usize,
+    on_head: Option<tokio::sync::oneshot::Sender<()>>,
 ) -> RequestRecord {
     let t0 = Instant::now();
     let ms = || t0.elapsed().as_secs_f64() * 1_000.0;
@@ -31,6 +33,9 @@ pub async fn send_one(
         .json(body)
         .send()
         .await;
+    if let Some(tx) = on_head {
+        let _ = tx.send(());
+    }
     let resp = match sent {
         Ok(r) => r,
         Err(e) => return transport(index, ServedBy::default(), &e, ms()),

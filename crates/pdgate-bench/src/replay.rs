@@ -31,11 +31,15 @@ pub struct ReplayConfig {
     pub headers: Vec<(String, String)>,
     /// TCP connect timeout.
     pub connect_timeout: Duration,
+    /// Send each request only after the previous one's response head arrived, so the server
+    /// sees the requests in exactly the workload's order (order-sensitive baselines such as
+    /// round-robin then replay identically); arrival times become at least that late.
+    pub ordered: bool,
 }
 
 impl ReplayConfig {
     /// Defaults for `url` and `model`: speedup 1, concurrency 64, no cap, no progress bar, no
-    /// extra headers, 10 s connect timeout.
+    /// extra headers, 10 s connect timeout, not ordered.
     pub fn new(url: impl Into<String>, model: impl Into<String>) -> Self {
         ReplayConfig {
             url: url.into(),
@@ -44,6 +48,7 @@ impl ReplayConfig {
             concurrency: 64,
             max_output_tokens: None,
             progress: false,
+            ordered: false,
             headers: Vec::new(),
             connect_timeout: Duration::from_secs(10),
         }
@@ -92,12 +97,18 @@ pub async fn replay(cfg: &ReplayConfig, work: Vec<WorkItem>) -> anyhow::Result<R
         let body = item.body(&cfg.model, cfg.max_output_tokens);
         let url = format!("{base}{}", item.api().path());
         let (client, headers, bar) = (client.clone(), headers.clone(), bar.clone());
+        let (head_tx, head_rx) = tokio::sync::oneshot::channel();
         tasks.spawn(async move {
-            let record = send_one(&client, &url, &headers, &body, index).await;
+            let record = send_one(&client, &url, &headers, &body, index, Some(head_tx)).await;
             drop(permit);
             bar.inc(1);
             record
         });
+        if cfg.ordered {
+            // The server has seen this request (its response head came back) before the next
+            // one is sent: arrival order is the trace's order exactly.
+            let _ = head_rx.await;
+        }
         while let Some(done) = tasks.try_join_next() {
             records.push(done?);
         }

@@ -36,7 +36,8 @@ pub struct Report {
     pub cached_tokens: u64,
     /// `cached_tokens / prompt_tokens`, 0..1 (0 when no usage was reported).
     pub cached_token_ratio: f64,
-    /// Requests per endpoint and phase: `"prefill:<name>"` / `"decode:<name>"` → count.
+    /// Requests per endpoint and phase: `"prefill:<name>"` / `"decode:<name>"`, or
+    /// `"aggregated:<name>"` when one endpoint ran both (`x-pdgate-pd-mode: aggregated`) → count.
     pub requests_by_endpoint: BTreeMap<String, u64>,
     /// `x-pdgate-pd-mode` value → count.
     pub pd_modes: BTreeMap<String, u64>,
@@ -62,13 +63,20 @@ impl Report {
         let (mut ttft, mut itl, mut e2e) = Default::default();
         for r in &records {
             let s = &r.served;
-            let phases = [
-                ("prefill", &s.prefill_endpoint),
-                ("decode", &s.decode_endpoint),
-            ];
-            for (phase, name) in phases {
-                if let Some(name) = name {
-                    bump(&mut rep.requests_by_endpoint, format!("{phase}:{name}"));
+            if s.pd_mode.as_deref() == Some("aggregated") {
+                // One endpoint ran both phases.
+                if let Some(name) = &s.decode_endpoint {
+                    bump(&mut rep.requests_by_endpoint, format!("aggregated:{name}"));
+                }
+            } else {
+                let phases = [
+                    ("prefill", &s.prefill_endpoint),
+                    ("decode", &s.decode_endpoint),
+                ];
+                for (phase, name) in phases {
+                    if let Some(name) = name {
+                        bump(&mut rep.requests_by_endpoint, format!("{phase}:{name}"));
+                    }
                 }
             }
             let revisions = [

@@ -25,12 +25,12 @@ pub struct TraceRecord {
 #[derive(Debug, thiserror::Error)]
 pub enum TraceError {
     /// The file could not be opened or read.
-    #[error("trace {path}: {source}")]
+    #[error("trace {path}: {reason}")]
     Io {
         /// The trace file.
         path: PathBuf,
-        /// The IO error.
-        source: std::io::Error,
+        /// The IO error (shown in the message, so not chained as a source).
+        reason: std::io::Error,
     },
     /// A line is not a JSON object.
     #[error("trace line {line}: not a JSON object: {message}")]
@@ -65,9 +65,9 @@ pub enum TraceError {
 ///
 /// Errors: [`TraceError::Io`] naming the path, or the first bad line's error.
 pub fn load_mooncake(path: &Path, limit: Option<usize>) -> Result<Vec<TraceRecord>, TraceError> {
-    let io = |source| TraceError::Io {
+    let io = |reason| TraceError::Io {
         path: path.to_path_buf(),
-        source,
+        reason,
     };
     let reader = std::io::BufReader::new(std::fs::File::open(path).map_err(io)?);
     let mut out = Vec::new();

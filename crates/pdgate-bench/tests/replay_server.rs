@@ -132,10 +132,9 @@ async fn counts_ok_errors_endpoints_and_cache() {
     assert_eq!(
         report.requests_by_endpoint,
         count(&[
-            ("decode:a0", 2),
+            ("aggregated:a0", 2),
             ("decode:d0", 2),
             ("decode:d1", 2),
-            ("prefill:a0", 2),
             ("prefill:p0", 2),
             ("prefill:p1", 2),
         ])

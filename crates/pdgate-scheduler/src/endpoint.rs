@@ -64,6 +64,8 @@ impl Endpoint {
 /// (never scraped, or the engine does not export that gauge), which is never read as 0.
 #[derive(Debug)]
 pub struct EndpointLoad {
+    /// Model ids from the engine's `/v1/models`; `None` until known.
+    models: parking_lot::RwLock<Option<Arc<[String]>>>,
     in_flight: AtomicU32,
     running: AtomicU64,
     waiting: AtomicU64,
@@ -73,6 +75,7 @@ pub struct EndpointLoad {
 impl Default for EndpointLoad {
     fn default() -> Self {
         EndpointLoad {
+            models: parking_lot::RwLock::new(None),
             in_flight: AtomicU32::new(0),
             running: AtomicU64::new(f64::NAN.to_bits()),
             waiting: AtomicU64::new(f64::NAN.to_bits()),
@@ -111,6 +114,22 @@ impl EndpointLoad {
         w(&self.running, running);
         w(&self.waiting, waiting);
         w(&self.kv_usage, kv_usage);
+    }
+    /// Model ids the engine serves, when known (read from its `/v1/models`).
+    pub fn models(&self) -> Option<Arc<[String]>> {
+        self.models.read().clone()
+    }
+    /// Stores the engine's model list.
+    pub fn set_models(&self, models: Vec<String>) {
+        *self.models.write() = Some(models.into());
+    }
+    /// True when the engine serves `model`, or its model list is not known yet (unknown
+    /// must not take an endpoint out of rotation).
+    pub fn serves(&self, model: &str) -> bool {
+        self.models
+            .read()
+            .as_ref()
+            .is_none_or(|m| m.iter().any(|id| id == model))
     }
     /// Queue depth used by load scorers: the larger of the router's live bookings and the
     /// engine's scraped running + waiting. Bookings are exact and immediate (a burst sees its
@@ -178,6 +197,9 @@ mod tests {
     fn guard_books_and_releases_and_unknown_gauges_stay_unknown() {
         let load = Arc::new(EndpointLoad::default());
         assert_eq!(load.kv_usage(), None);
+        assert!(load.serves("any") && load.models().is_none());
+        load.set_models(vec!["m".into()]);
+        assert!(load.serves("m") && !load.serves("other"));
         let g1 = InFlightGuard::book(&load);
         let g2 = InFlightGuard::book(&load);
         assert_eq!(load.in_flight(), 2);

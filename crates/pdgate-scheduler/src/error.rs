@@ -47,6 +47,12 @@ pub enum Rejection {
     /// The snapshot holds no schedulable (Ready, not terminating) endpoint → 503.
     #[error("no schedulable endpoints")]
     NoEndpoints,
+    /// Endpoints are schedulable, but none of them serves the requested model → 503.
+    #[error("no schedulable endpoint serves model `{model}`")]
+    NoEndpointForModel {
+        /// The requested model.
+        model: String,
+    },
     /// The profile's filters left no candidate → 429 with `x-llm-d-request-dropped-reason`.
     #[error("scheduling profile `{profile}`: filters left no endpoint")]
     Saturated {

@@ -21,11 +21,13 @@ pub struct Profile {
 impl Profile {
     /// Picks one endpoint of `snapshot`.
     ///
-    /// Candidates are the schedulable endpoints; filters run in order and stop when nothing is
+    /// Candidates are the schedulable endpoints that serve the request's model (an endpoint
+    /// whose model list is unknown counts as serving it); filters run in order and stop when nothing is
     /// left; each scorer's output is clamped to [0, 1] (NaN → 0), multiplied by its weight and
     /// summed; the picker chooses from the sums.
     ///
     /// Errors: [`Rejection::NoEndpoints`] when no endpoint is schedulable;
+    /// [`Rejection::NoEndpointForModel`] when none of those serves the model;
     /// [`Rejection::Saturated`] when the filters leave nothing.
     pub fn run<'s>(
         &self,
@@ -39,6 +41,13 @@ impl Profile {
             .collect();
         if candidates.is_empty() {
             return Err(Rejection::NoEndpoints);
+        }
+        let model = ctx.model();
+        candidates.retain(|e| e.load.serves(model));
+        if candidates.is_empty() {
+            return Err(Rejection::NoEndpointForModel {
+                model: model.to_string(),
+            });
         }
         let saturated = || Rejection::Saturated {
             profile: self.name.clone(),

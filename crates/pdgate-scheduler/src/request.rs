@@ -57,6 +57,11 @@ pub struct RequestCtx<'a> {
 }
 
 impl<'a> RequestCtx<'a> {
+    /// The requested model.
+    pub fn model(&self) -> &'a str {
+        self.req.model
+    }
+
     /// A context for `req` with room for `producers` prefix producers.
     pub fn new(req: &'a SchedulingRequest<'a>, producers: usize) -> Self {
         RequestCtx {

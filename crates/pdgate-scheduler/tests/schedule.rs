@@ -265,3 +265,44 @@ fn tied_scores_are_broken_randomly() {
     }
     assert_eq!(seen.len(), 3, "{seen:?}");
 }
+
+#[test]
+fn only_endpoints_serving_the_model_are_candidates() {
+    let s = Scheduler::from_yaml("plugins:\n- type: decode-filter\n", "t").unwrap();
+    let eps = [
+        ep("serves-m", None),
+        ep("serves-other", None),
+        ep("unknown", None),
+    ];
+    eps[0].load.set_models(vec!["m".into()]);
+    eps[1].load.set_models(vec!["other".into()]);
+    let snap = snapshot(&eps);
+    let prompt = tokens(0..4);
+    let mut seen = HashMap::<String, usize>::new();
+    for _ in 0..60 {
+        let r = s.schedule(&req(&prompt, None), &snap).unwrap();
+        *seen
+            .entry(r.decode.endpoint.endpoint.name.clone())
+            .or_default() += 1;
+    }
+    // `req` asks for model "m": never the endpoint that serves only "other"; an endpoint whose
+    // model list is unknown stays a candidate.
+    assert_eq!(seen.get("serves-other"), None, "{seen:?}");
+    assert_eq!(seen.values().sum::<usize>(), 60);
+    assert!(
+        seen.contains_key("serves-m") && seen.contains_key("unknown"),
+        "{seen:?}"
+    );
+
+    eps[2].load.set_models(vec!["other".into()]);
+    eps[0].load.set_models(vec!["other".into()]);
+    match s.schedule(&req(&prompt, None), &snap) {
+        Err(e @ Rejection::NoEndpointForModel { .. }) => {
+            assert_eq!(e.to_string(), "no schedulable endpoint serves model `m`")
+        }
+        other => panic!(
+            "{:?}",
+            other.map(|r| r.decode.endpoint.endpoint.name.clone())
+        ),
+    }
+}

@@ -3,7 +3,7 @@
 
 use crate::discovery::{self, DiscoveryError, EndpointRegistry, EndpointSource};
 use crate::metrics::Metrics;
-use crate::scrape::{self, ModelSet};
+use crate::scrape;
 use crate::upstream::Upstream;
 use axum::extract::{Request, State};
 use axum::response::{IntoResponse, Response};
@@ -60,8 +60,6 @@ pub struct AppState {
     pub upstream: Upstream,
     /// Own metrics.
     pub metrics: Arc<Metrics>,
-    /// Models served by the fleet.
-    pub models: Arc<ModelSet>,
     /// Request body limit, bytes.
     pub max_body_bytes: usize,
 }
@@ -100,7 +98,25 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/models", get(models))
         .route("/health", get(|| async { "ok" }))
         .route("/metrics", get(metrics))
+        .fallback(no_route)
+        .method_not_allowed_fallback(method_not_allowed)
         .with_state(state)
+}
+
+async fn no_route(method: http::Method, uri: http::Uri) -> Response {
+    crate::errors::ApiError::NoRoute {
+        method: method.to_string(),
+        path: uri.path().to_string(),
+    }
+    .into_response()
+}
+
+async fn method_not_allowed(method: http::Method, uri: http::Uri) -> Response {
+    crate::errors::ApiError::MethodNotAllowed {
+        method: method.to_string(),
+        path: uri.path().to_string(),
+    }
+    .into_response()
 }
 
 async fn completions(State(s): State<Arc<AppState>>, req: Request) -> Response {
@@ -115,8 +131,7 @@ async fn chat_completions(State(s): State<Arc<AppState>>, req: Request) -> Respo
 
 async fn models(State(s): State<Arc<AppState>>) -> Response {
     let data: Vec<_> = s
-        .models
-        .load()
+        .fleet_models()
         .iter()
         .map(|id| serde_json::json!({"id": id, "object": "model", "owned_by": "pdgate"}))
         .collect();
@@ -138,13 +153,13 @@ async fn metrics(State(s): State<Arc<AppState>>) -> Response {
         .into_response()
 }
 
-/// Starts discovery, scraping and the HTTP server on `listener`.
+/// Starts discovery and engine scraping and returns the shared router state (not serving
+/// yet) with the background tasks.
 ///
 /// Errors: the endpoint source is invalid (bad file, duplicate names).
-pub async fn serve_on(
-    listener: TcpListener,
+pub async fn start_state(
     opts: ServeOptions,
-) -> Result<ServerHandle, DiscoveryError> {
+) -> Result<(Arc<AppState>, Vec<tokio::task::JoinHandle<()>>), DiscoveryError> {
     let registry = Arc::new(EndpointRegistry::default());
     let mut tasks = Vec::new();
     if let Some(t) = discovery::start(opts.endpoints, registry.clone()).await? {
@@ -152,12 +167,10 @@ pub async fn serve_on(
     }
     let upstream = Upstream::new(opts.upstream_timeout);
     let metrics = Arc::new(Metrics::new());
-    let models: Arc<ModelSet> = Arc::default();
     tasks.push(scrape::start(
         registry.clone(),
         upstream.clone(),
         metrics.clone(),
-        models.clone(),
         opts.scrape_interval,
         25,
     ));
@@ -166,22 +179,75 @@ pub async fn serve_on(
         registry,
         upstream,
         metrics,
-        models,
         max_body_bytes: opts.max_body_bytes,
     });
-    let addr = listener.local_addr().map_err(|e| DiscoveryError {
-        source_name: "listener".into(),
-        message: e.to_string(),
-    })?;
-    let app = router(state.clone());
+    Ok((state, tasks))
+}
+
+impl AppState {
+    /// Model ids served by the current endpoints (union of the lists known so far).
+    pub fn fleet_models(&self) -> std::collections::BTreeSet<String> {
+        let snap = self.registry.snapshot();
+        snap.endpoints
+            .iter()
+            .filter_map(|e| e.load.models())
+            .flat_map(|m| m.iter().cloned().collect::<Vec<_>>())
+            .collect()
+    }
+
+    /// False only when every endpoint's model list is known and none has `model`: the
+    /// request is then answered 404. Unknown lists keep the request (fail open).
+    pub fn model_may_exist(&self, model: &str) -> bool {
+        let snap = self.registry.snapshot();
+        snap.endpoints.is_empty()
+            || snap.endpoints.iter().any(|e| {
+                e.load
+                    .models()
+                    .is_none_or(|m| m.iter().any(|id| id == model))
+            })
+    }
+
+    /// The same shared state (scheduler, endpoints, metrics, models) with an upstream
+    /// connection pool of its own, for a server thread with its own runtime: its upstream
+    /// connections then live on that thread.
+    pub fn with_own_upstream(&self) -> AppState {
+        AppState {
+            scheduler: self.scheduler.clone(),
+            registry: self.registry.clone(),
+            upstream: self.upstream.fresh_pool(),
+            metrics: self.metrics.clone(),
+            max_body_bytes: self.max_body_bytes,
+        }
+    }
+}
+
+/// Serves the routes of `state` on `listener` until the task is aborted.
+pub fn spawn_listener(listener: TcpListener, state: Arc<AppState>) -> tokio::task::JoinHandle<()> {
+    let app = router(state);
     // Responses are written whole; Nagle would only delay the last segment of each.
     let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
         let _ = tcp.set_nodelay(true);
     });
-    tasks.push(tokio::spawn(async move {
+    tokio::spawn(async move {
         if let Err(e) = axum::serve(listener, app).await {
             tracing::error!(error = %e, "server stopped");
         }
-    }));
+    })
+}
+
+/// Starts discovery, scraping and the HTTP server on `listener`, all on the current runtime
+/// (tests and `demo`; `pdgate serve` runs one server thread per core instead).
+///
+/// Errors: the endpoint source is invalid (bad file, duplicate names).
+pub async fn serve_on(
+    listener: TcpListener,
+    opts: ServeOptions,
+) -> Result<ServerHandle, DiscoveryError> {
+    let addr = listener.local_addr().map_err(|e| DiscoveryError {
+        source_name: "listener".into(),
+        message: e.to_string(),
+    })?;
+    let (state, mut tasks) = start_state(opts).await?;
+    tasks.push(spawn_listener(listener, state.clone()));
     Ok(ServerHandle { addr, state, tasks })
 }

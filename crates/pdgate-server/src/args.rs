@@ -1,7 +1,7 @@
 //! `pdgate serve` flags. Defaults come from the constants in [`crate::app`].
 
 use crate::app::{
-    serve_on, ServeOptions, DEFAULT_MAX_BODY_BYTES, DEFAULT_SCRAPE_INTERVAL_MS,
+    start_state, ServeOptions, DEFAULT_MAX_BODY_BYTES, DEFAULT_SCRAPE_INTERVAL_MS,
     DEFAULT_UPSTREAM_TIMEOUT_SECS,
 };
 use crate::discovery::{parse_endpoint_flag, EndpointSource};
@@ -41,6 +41,9 @@ pub struct ServeArgs {
     /// Upstream response-head timeout, s.
     #[arg(long, default_value_t = DEFAULT_UPSTREAM_TIMEOUT_SECS)]
     pub upstream_timeout_secs: u64,
+    /// Server threads, each with its own runtime and listener (default: one per core).
+    #[arg(long)]
+    pub threads: Option<usize>,
 }
 
 /// Loads the scheduler config named by `path`, or the built-in default.
@@ -78,19 +81,23 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         ),
         None => anyhow::bail!("no endpoints: pass --endpoints FILE or --endpoint ADDR"),
     };
-    let listener = tokio::net::TcpListener::bind((args.host.as_str(), args.port))
+    let addr = tokio::net::lookup_host((args.host.as_str(), args.port))
         .await
-        .with_context(|| format!("binding {}:{}", args.host, args.port))?;
+        .with_context(|| format!("resolving {}", args.host))?
+        .next()
+        .with_context(|| format!("{} resolves to no address", args.host))?;
     let mut opts = ServeOptions::new(Arc::new(scheduler), endpoints);
     opts.max_body_bytes = args.max_body_bytes;
     opts.scrape_interval = Duration::from_millis(args.scrape_interval_ms);
     opts.upstream_timeout = Duration::from_secs(args.upstream_timeout_secs);
-    let handle = serve_on(listener, opts).await?;
-    tracing::info!(addr = %handle.addr, "pdgate serve listening");
-    eprintln!("pdgate serve listening on http://{}", handle.addr);
-    tokio::select! {
-        _ = handle.wait() => {}
-        _ = tokio::signal::ctrl_c() => {}
-    }
+    let (state, _tasks) = start_state(opts).await?;
+    let threads = args
+        .threads
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let bound = crate::threads::spawn_server_threads(addr, threads, &state)
+        .with_context(|| format!("binding {addr}"))?;
+    tracing::info!(addr = %bound, threads, "pdgate serve listening");
+    eprintln!("pdgate serve listening on http://{bound} ({threads} server threads)");
+    tokio::signal::ctrl_c().await?;
     Ok(())
 }

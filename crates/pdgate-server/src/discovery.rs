@@ -90,36 +90,51 @@ pub fn parse_endpoints_yaml(text: &str, source: &str) -> Result<Vec<Endpoint>, D
     Ok(out)
 }
 
-/// Parses one `--endpoint` flag: `ADDR[,key=value...]` where `name=`, `role=` (→
-/// `llm-d.ai/role`) and `revision=` (→ `disaggregatedset.x-k8s.io/revision`) are shorthands
-/// and any other `key=value` is a label.
+/// Parses one `--endpoint` flag: `ADDR[,key=value...]`. `name=`, `role=` (→
+/// `llm-d.ai/role`) and `revision=` (→ `disaggregatedset.x-k8s.io/revision`) are shorthands;
+/// any other key must be a prefixed label key (`example.com/zone=z1`), so that a typo such as
+/// `rol=decode` is an error rather than a silent label.
+///
+/// Errors: no `host:port` address, a key given twice, an empty value, an unknown shorthand.
 pub fn parse_endpoint_flag(flag: &str) -> Result<Endpoint, DiscoveryError> {
     let err = |message: String| DiscoveryError {
         source_name: "--endpoint".into(),
-        message,
+        message: format!("{flag:?}: {message}"),
     };
     let mut parts = flag.split(',');
     let address = parts.next().unwrap_or_default().trim().to_string();
-    let mut name = address.clone();
+    let mut name = None;
     let mut labels = BTreeMap::new();
     for kv in parts {
         let (k, v) = kv
             .split_once('=')
-            .ok_or_else(|| err(format!("{flag:?}: expected key=value, got {kv:?}")))?;
-        match k.trim() {
-            "name" => name = v.trim().to_string(),
-            "role" => {
-                labels.insert(labels::ROLE.to_string(), v.trim().to_string());
+            .ok_or_else(|| err(format!("expected key=value, got {kv:?}")))?;
+        let (k, v) = (k.trim(), v.trim());
+        if v.is_empty() {
+            return Err(err(format!("`{k}` has an empty value")));
+        }
+        let key = match k {
+            "name" => {
+                if name.replace(v.to_string()).is_some() {
+                    return Err(err("`name` given twice".into()));
+                }
+                continue;
             }
-            "revision" => {
-                labels.insert(labels::DS_REVISION.to_string(), v.trim().to_string());
-            }
+            "role" => labels::ROLE,
+            "revision" => labels::DS_REVISION,
+            other if other.contains('/') => other,
             other => {
-                labels.insert(other.to_string(), v.trim().to_string());
+                return Err(err(format!(
+                    "unknown key `{other}` (expected name, role, revision, or a prefixed label key such as example.com/zone)"
+                )))
             }
+        };
+        if labels.insert(key.to_string(), v.to_string()).is_some() {
+            return Err(err(format!("`{k}` given twice")));
         }
     }
-    endpoint(&name, &address, labels).map_err(|m| err(format!("{flag:?}: {m}")))
+    let name = name.unwrap_or_else(|| address.clone());
+    endpoint(&name, &address, labels).map_err(err)
 }
 
 fn endpoint(
@@ -127,11 +142,13 @@ fn endpoint(
     address: &str,
     labels: BTreeMap<String, String>,
 ) -> Result<Endpoint, String> {
-    let (host, port) = address
-        .rsplit_once(':')
-        .ok_or_else(|| format!("address {address:?} must be host:port"))?;
-    if host.is_empty() || port.parse::<u16>().is_err() {
-        return Err(format!("address {address:?} must be host:port"));
+    let bad = || format!("address {address:?} must be host:port (no scheme, no path)");
+    let (host, port) = address.rsplit_once(':').ok_or_else(bad)?;
+    if host.is_empty() || host.contains('/') || port.parse::<u16>().is_err() {
+        return Err(bad());
+    }
+    if name.trim().is_empty() {
+        return Err("endpoint name is empty".into());
     }
     if let Some(r) = labels.get(labels::ROLE) {
         r.parse::<Role>()
@@ -279,27 +296,42 @@ mod tests {
         let e = parse_endpoints_yaml("endpoints:\n- address: x\n", "eps.yaml").unwrap_err();
         assert_eq!(
             e.to_string(),
-            "eps.yaml: endpoints[0] (x): address \"x\" must be host:port"
+            "eps.yaml: endpoints[0] (x): address \"x\" must be host:port (no scheme, no path)"
         );
         let e = parse_endpoints_yaml("endpoints:\n- adress: 1.2.3.4:5\n", "eps.yaml").unwrap_err();
         assert!(
             e.to_string().contains("unknown field `adress`") && e.to_string().contains("line 2"),
             "{e}"
         );
-
-        let ep =
-            parse_endpoint_flag("127.0.0.1:8001,name=d0,role=decode,revision=a,zone=z1").unwrap();
+        let ep = parse_endpoint_flag(
+            "127.0.0.1:8001,name=d0,role=decode,revision=a,example.com/zone=z1",
+        )
+        .unwrap();
         assert_eq!(
             (ep.name.as_str(), ep.role, ep.revision()),
             ("d0", Some(Role::Decode), Some("a"))
         );
-        assert_eq!(ep.labels["zone"], "z1");
+        assert_eq!(ep.labels["example.com/zone"], "z1");
+        let flag_err = |f: &str| parse_endpoint_flag(f).unwrap_err().to_string();
         assert_eq!(
-            parse_endpoint_flag("127.0.0.1:8001,decode")
-                .unwrap_err()
-                .to_string(),
+            flag_err("127.0.0.1:8001,decode"),
             "--endpoint: \"127.0.0.1:8001,decode\": expected key=value, got \"decode\""
         );
+        assert_eq!(
+            flag_err("http://127.0.0.1:8001"),
+            "--endpoint: \"http://127.0.0.1:8001\": address \"http://127.0.0.1:8001\" must be host:port (no scheme, no path)"
+        );
+        assert_eq!(
+            flag_err("127.0.0.1:8001,name="),
+            "--endpoint: \"127.0.0.1:8001,name=\": `name` has an empty value"
+        );
+        assert_eq!(
+            flag_err("127.0.0.1:8001,role=decode,role=prefill"),
+            "--endpoint: \"127.0.0.1:8001,role=decode,role=prefill\": `role` given twice"
+        );
+        assert!(flag_err("127.0.0.1:8001,rol=decode").ends_with(
+            "unknown key `rol` (expected name, role, revision, or a prefixed label key such as example.com/zone)"
+        ));
     }
 
     #[test]

@@ -20,6 +20,22 @@ pub enum ApiError {
         /// What is wrong.
         reason: String,
     },
+    /// No route for the path (404).
+    #[error("no route for {method} {path}")]
+    NoRoute {
+        /// Request method.
+        method: String,
+        /// Request path.
+        path: String,
+    },
+    /// The path exists but not for this method (405).
+    #[error("method {method} is not allowed for {path}")]
+    MethodNotAllowed {
+        /// Request method.
+        method: String,
+        /// Request path.
+        path: String,
+    },
     /// No endpoint serves the model (404).
     #[error("model `{0}` does not exist")]
     ModelNotFound(String),
@@ -59,10 +75,13 @@ impl ApiError {
             ApiError::InvalidRequest(_)
             | ApiError::InvalidHeader { .. }
             | ApiError::BodyRead(_) => StatusCode::BAD_REQUEST,
-            ApiError::ModelNotFound(_) => StatusCode::NOT_FOUND,
+            ApiError::ModelNotFound(_) | ApiError::NoRoute { .. } => StatusCode::NOT_FOUND,
+            ApiError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::Rejected(r) => match r {
-                Rejection::NoEndpoints => StatusCode::SERVICE_UNAVAILABLE,
+                Rejection::NoEndpoints | Rejection::NoEndpointForModel { .. } => {
+                    StatusCode::SERVICE_UNAVAILABLE
+                }
                 Rejection::Saturated { .. } => StatusCode::TOO_MANY_REQUESTS,
                 Rejection::UnknownProfile(_) => StatusCode::BAD_REQUEST,
             },

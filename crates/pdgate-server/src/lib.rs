@@ -11,6 +11,7 @@ pub mod errors;
 pub mod metrics;
 pub mod proxy;
 pub mod scrape;
+pub mod threads;
 pub mod upstream;
 
 pub use app::{serve_on, AppState, ServeOptions, ServerHandle};

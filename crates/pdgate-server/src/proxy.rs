@@ -9,20 +9,25 @@ use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, StatusCode};
 use pdgate_api::{headers, ApiKind, InferenceRequest, Phase};
 use pdgate_coordinator::{header_rules, Outcome, PhaseResponse, Plan, Target};
-use pdgate_scheduler::{Pick, SchedulingRequest};
+use pdgate_scheduler::{Pick, SchedulingRequest, SchedulingResult};
 use std::sync::Arc;
 use std::time::Instant;
 
 /// Handles one inference request on `api`; every failure becomes an error response.
+///
+/// Counted in `pdgate_requests_total{api, status}` once per request; a request whose client
+/// went away before the response head is counted with status `499` (nginx's "client closed
+/// request").
 pub async fn handle(
     state: Arc<AppState>,
     api: ApiKind,
     client_headers: HeaderMap,
     body: Body,
 ) -> Response {
-    let api_label = match api {
-        ApiKind::Completions => "completions",
-        ApiKind::ChatCompletions => "chat_completions",
+    let mut counter = RequestCounter {
+        state: &state,
+        api,
+        status: None,
     };
     let resp = match run(&state, api, client_headers, body).await {
         Ok(r) => r,
@@ -36,12 +41,30 @@ pub async fn handle(
             e.into_response()
         }
     };
-    state
-        .metrics
-        .requests
-        .with_label_values(&[api_label, resp.status().as_str()])
-        .inc();
+    counter.status = Some(resp.status());
     resp
+}
+
+/// Counts the request when dropped: with its status, or 499 when the handler was cancelled.
+struct RequestCounter<'a> {
+    state: &'a AppState,
+    api: ApiKind,
+    status: Option<StatusCode>,
+}
+
+impl Drop for RequestCounter<'_> {
+    fn drop(&mut self) {
+        let api = match self.api {
+            ApiKind::Completions => "completions",
+            ApiKind::ChatCompletions => "chat_completions",
+        };
+        let status = self.status.as_ref().map_or("499", StatusCode::as_str);
+        self.state
+            .metrics
+            .requests
+            .with_label_values(&[api, status])
+            .inc();
+    }
 }
 
 async fn read_body(body: Body, limit: usize, headers: &HeaderMap) -> Result<Bytes, ApiError> {
@@ -92,8 +115,7 @@ async fn run(
 ) -> Result<Response, ApiError> {
     let raw = read_body(body, state.max_body_bytes, &client_headers).await?;
     let req = InferenceRequest::parse(api, &raw)?;
-    let models = state.models.load();
-    if !models.is_empty() && !models.contains(&req.model) {
+    if !state.model_may_exist(&req.model) {
         return Err(ApiError::ModelNotFound(req.model));
     }
     let rid = request_id(&client_headers);
@@ -124,9 +146,30 @@ async fn run(
         .with_label_values(&[if split { "split" } else { "aggregated" }])
         .inc();
     let upstream_headers = header_rules::upstream_request_headers(&client_headers, &rid);
+    // From here on every answer names the endpoints of the plan, errors included.
+    let mut resp = match forward(state, &req, &raw, &upstream_headers, &plan, result).await {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::debug!(error = %e, "request failed");
+            e.into_response()
+        }
+    };
+    stamp_served_by(resp.headers_mut(), &plan, &rid);
+    Ok(resp)
+}
+
+/// Runs the pipeline for a scheduled request and builds the client response.
+async fn forward(
+    state: &AppState,
+    req: &InferenceRequest,
+    raw: &Bytes,
+    upstream_headers: &HeaderMap,
+    plan: &Plan,
+    result: SchedulingResult,
+) -> Result<Response, ApiError> {
+    let split = plan.prefill.is_some();
     let leg_started = Instant::now();
-    let outcome =
-        pdgate_coordinator::run(&state.upstream, &plan, &req, &raw, &upstream_headers).await;
+    let outcome = pdgate_coordinator::run(&state.upstream, plan, req, raw, upstream_headers).await;
     // The prefill leg is over either way: release its booking now, not at end of stream.
     drop(result.prefill);
     let decode_phase = if split {
@@ -150,7 +193,7 @@ async fn run(
             state
                 .metrics
                 .phase_requests
-                .with_label_values(&["prefill", &r.status.to_string()])
+                .with_label_values(&["prefill", &status_label(r.status)])
                 .inc();
             let prefill = plan
                 .prefill
@@ -171,7 +214,7 @@ async fn run(
     state
         .metrics
         .phase_requests
-        .with_label_values(&[decode_phase.as_str(), &resp.status.to_string()])
+        .with_label_values(&[decode_phase.as_str(), &status_label(resp.status)])
         .inc();
     state
         .metrics
@@ -195,12 +238,11 @@ async fn run(
         );
     }
 
-    let mut out_headers = header_rules::client_response_headers(&resp.headers);
+    let out_headers = header_rules::client_response_headers(&resp.headers);
     let sse = resp
         .headers
         .get(http::header::CONTENT_TYPE)
         .is_some_and(|v| v.as_bytes().starts_with(b"text/event-stream"));
-    stamp_served_by(&mut out_headers, &plan, &rid);
     let guards = vec![result.decode.guard];
     let body = GuardedBody::new(
         resp.body,
@@ -213,6 +255,14 @@ async fn run(
     *response.status_mut() = StatusCode::from_u16(resp.status).unwrap_or(StatusCode::BAD_GATEWAY);
     *response.headers_mut() = out_headers;
     Ok(response)
+}
+
+/// Metric label of an upstream status, without allocating for the common 200.
+fn status_label(status: u16) -> std::borrow::Cow<'static, str> {
+    match status {
+        200 => "200".into(),
+        other => other.to_string().into(),
+    }
 }
 
 /// Served-by headers (design.md §5.3): which endpoint ran each phase. In aggregated mode

@@ -5,15 +5,14 @@
 //! series (one per engine), `vllm:kv_cache_usage_perc` (or the older
 //! `vllm:gpu_cache_usage_perc`) averaged over series (design.md §5.4). A gauge the engine does
 //! not export, or a failed scrape, is stored as unknown, never as 0. `/v1/models` is read on
-//! the first tick after every endpoint change and every `models_every` ticks.
+//! the first tick after every endpoint change and every `models_every` ticks, and stored
+//! per endpoint (requests are only scheduled on endpoints that serve their model).
 
 use crate::discovery::EndpointRegistry;
 use crate::metrics::Metrics;
 use crate::upstream::Upstream;
-use arc_swap::ArcSwap;
 use futures_util::future::join_all;
 use pdgate_scheduler::EndpointLoad;
-use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -92,9 +91,6 @@ fn sample(line: &str) -> Option<(&str, f64)> {
     Some((name, value))
 }
 
-/// Model ids served by any endpoint; empty until one answered `/v1/models`.
-pub type ModelSet = ArcSwap<BTreeSet<String>>;
-
 fn parse_models(body: &[u8]) -> Vec<String> {
     serde_json::from_slice::<serde_json::Value>(body)
         .ok()
@@ -113,7 +109,6 @@ pub fn start(
     registry: Arc<EndpointRegistry>,
     upstream: Upstream,
     metrics: Arc<Metrics>,
-    models: Arc<ModelSet>,
     interval: Duration,
     models_every: u32,
 ) -> tokio::task::JoinHandle<()> {
@@ -148,16 +143,12 @@ pub fn start(
                     }
                     if want_models {
                         if let Ok((200, body)) = up.get(&name, &addr, "/v1/models", timeout).await {
-                            return parse_models(&body);
+                            load.set_models(parse_models(&body));
                         }
                     }
-                    Vec::new()
                 }
             });
-            let found: BTreeSet<String> = join_all(jobs).await.into_iter().flatten().collect();
-            if want_models && !found.is_empty() {
-                models.store(Arc::new(found));
-            }
+            join_all(jobs).await;
         }
     })
 }

@@ -30,6 +30,11 @@ impl Upstream {
         Upstream { client, timeout }
     }
 
+    /// A client with the same settings and an empty connection pool of its own.
+    pub fn fresh_pool(&self) -> Self {
+        Upstream::new(self.timeout)
+    }
+
     /// Sends one request and returns the response head.
     pub async fn send(
         &self,

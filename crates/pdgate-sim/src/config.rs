@@ -134,7 +134,7 @@ impl SimConfig {
             "--abort-rate must be within 0..1"
         );
         anyhow::ensure!(
-            http::StatusCode::from_u16(self.error_status).is_ok() && self.error_status >= 400,
+            (400..=599).contains(&self.error_status),
             "--error-status must be an HTTP error status (400..=599)"
         );
         Ok(())
@@ -174,5 +174,36 @@ impl WorkerSpec {
     pub fn with_revision(mut self, revision: impl Into<String>) -> Self {
         self.revision = Some(revision.into());
         self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn injected_error_status_must_be_a_4xx_or_5xx() {
+        for (status, ok) in [
+            (200, false),
+            (399, false),
+            (400, true),
+            (599, true),
+            (600, false),
+            (999, false),
+        ] {
+            let cfg = SimConfig {
+                error_status: status,
+                ..SimConfig::default()
+            };
+            assert_eq!(cfg.validate().is_ok(), ok, "status {status}");
+        }
+        let cfg = SimConfig {
+            error_status: 999,
+            ..SimConfig::default()
+        };
+        assert_eq!(
+            cfg.validate().unwrap_err().to_string(),
+            "--error-status must be an HTTP error status (400..=599)"
+        );
     }
 }

@@ -113,11 +113,12 @@ pub async fn start(spec: &FleetSpec, config_yaml: &str) -> anyhow::Result<LocalF
 }
 
 impl LocalFleet {
-    /// Waits (up to 5 s) until the router has scraped the fleet's model list, so that a first
+    /// Waits (up to 5 s) until the router has scraped every endpoint's model list, so that a first
     /// request is not judged against an empty model set.
     pub async fn wait_for_models(&self) {
         for _ in 0..500 {
-            if !self.router.state.models.load().is_empty() {
+            let snap = self.router.state.registry.snapshot();
+            if snap.endpoints.iter().all(|e| e.load.models().is_some()) {
                 return;
             }
             tokio::time::sleep(Duration::from_millis(10)).await;

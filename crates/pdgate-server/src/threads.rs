@@ -1,0 +1,63 @@
+//! `pdgate serve`'s listeners: one server thread per core, each with a single-threaded tokio
+//! runtime, its own `SO_REUSEPORT` listener on the same address and its own upstream
+//! connection pool (the thread-per-core layout of Pingora and Envoy). A request then stays on
+//! one thread from accept to the upstream and back, with no cross-thread wake-ups; the kernel
+//! spreads connections over the listeners. Scheduling state (endpoints, prefix index,
+//! bookings, metrics) is shared.
+
+use crate::app::{spawn_listener, AppState};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use tokio::net::{TcpListener, TcpSocket};
+
+/// One `SO_REUSEPORT` listener on `addr`; with port 0, pass the port of the first listener
+/// for the others.
+pub fn bind_reuseport(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
+    let socket = if addr.is_ipv4() {
+        TcpSocket::new_v4()?
+    } else {
+        TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    #[cfg(unix)]
+    socket.set_reuseport(true)?;
+    socket.bind(addr)?;
+    let listener = socket.listen(1024)?;
+    listener.into_std()
+}
+
+/// Starts `threads` server threads on `addr` (port 0 picks one port for all) and returns the
+/// bound address. The threads run until the process exits.
+///
+/// Errors: the address cannot be bound, or a runtime cannot be built.
+pub fn spawn_server_threads(
+    addr: SocketAddr,
+    threads: usize,
+    state: &Arc<AppState>,
+) -> std::io::Result<SocketAddr> {
+    let first = bind_reuseport(addr)?;
+    let bound = first.local_addr()?;
+    let mut listeners = vec![first];
+    for _ in 1..threads.max(1) {
+        listeners.push(bind_reuseport(bound)?);
+    }
+    for (i, std_listener) in listeners.into_iter().enumerate() {
+        let state = Arc::new(state.with_own_upstream());
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        std::thread::Builder::new()
+            .name(format!("pdgate-server-{i}"))
+            .spawn(move || {
+                rt.block_on(async move {
+                    match TcpListener::from_std(std_listener) {
+                        Ok(listener) => {
+                            let _ = spawn_listener(listener, state).await;
+                        }
+                        Err(e) => tracing::error!(error = %e, "listener unusable"),
+                    }
+                })
+            })?;
+    }
+    Ok(bound)
+}

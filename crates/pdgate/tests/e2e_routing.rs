@@ -1,0 +1,207 @@
+//! Routing rules through the real router: requests go only to endpoints serving their model,
+//! `/v1/models` follows the endpoints file, unknown routes get OpenAI error bodies, and a
+//! request abandoned before its response head is counted as 499.
+
+use pdgate_scheduler::{Scheduler, DEFAULT_CONFIG_YAML};
+use pdgate_server::{serve_on, EndpointSource, ServeOptions};
+use pdgate_sim::{spawn_worker, SimConfig, WorkerHandle, WorkerSpec};
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+async fn worker(name: &str, model: &str, slow_start_ms: u64) -> WorkerHandle {
+    let spec = WorkerSpec {
+        name: name.into(),
+        role: "decode".into(),
+        revision: None,
+        labels: BTreeMap::new(),
+    };
+    let cfg = SimConfig {
+        model: model.into(),
+        speedup: 100.0,
+        slow_start: Duration::from_millis(slow_start_ms),
+        ..SimConfig::default()
+    };
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    spawn_worker(spec, cfg, l).await.unwrap()
+}
+
+fn endpoints_yaml(workers: &[&WorkerHandle]) -> String {
+    let mut s = String::from("endpoints:\n");
+    for w in workers {
+        s += &format!(
+            "- name: {}\n  address: {}\n  labels: {{llm-d.ai/role: decode}}\n",
+            w.name(),
+            w.addr()
+        );
+    }
+    s
+}
+
+async fn wait_until(mut f: impl FnMut() -> bool) {
+    for _ in 0..300 {
+        if f() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("condition not reached within 3 s");
+}
+
+async fn models(url: &str) -> Vec<String> {
+    let v: Value = reqwest::get(format!("{url}/v1/models"))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    v["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["id"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_reach_only_endpoints_serving_their_model_and_models_follow_the_file() {
+    let a = worker("serves-a", "model-a", 0).await;
+    let b = worker("serves-b", "model-b", 0).await;
+    let dir = std::env::temp_dir().join(format!("pdgate-routing-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("endpoints.yaml");
+    std::fs::write(&file, endpoints_yaml(&[&a, &b])).unwrap();
+
+    let s = Scheduler::from_yaml(DEFAULT_CONFIG_YAML, "default").unwrap();
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let mut opts = ServeOptions::new(
+        Arc::new(s),
+        EndpointSource::File {
+            path: file.clone(),
+            poll: Duration::from_millis(50),
+        },
+    );
+    opts.scrape_interval = Duration::from_millis(30);
+    let router = serve_on(l, opts).await.unwrap();
+    let url = format!("http://{}", router.addr);
+    let state = router.state.clone();
+    wait_until(|| state.fleet_models().len() == 2).await;
+    assert_eq!(models(&url).await, ["model-a", "model-b"]);
+
+    let client = reqwest::Client::new();
+    for i in 0..20 {
+        let model = if i % 2 == 0 { "model-a" } else { "model-b" };
+        let r = client
+            .post(format!("{url}/v1/completions"))
+            .json(&json!({"model": model, "prompt": "the same prompt for both models", "max_tokens": 2}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200, "request {i}");
+        let want = if i % 2 == 0 { "serves-a" } else { "serves-b" };
+        assert_eq!(r.headers()["x-pdgate-decode-endpoint"], want, "request {i}");
+    }
+
+    // Drop serves-b from the file: its model disappears from /v1/models and becomes a 404.
+    std::fs::write(&file, endpoints_yaml(&[&a])).unwrap();
+    wait_until(|| state.fleet_models().len() == 1).await;
+    assert_eq!(models(&url).await, ["model-a"]);
+    let r = client
+        .post(format!("{url}/v1/completions"))
+        .json(&json!({"model": "model-b", "prompt": "x"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 404);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test]
+async fn unknown_routes_and_methods_get_openai_error_bodies() {
+    let a = worker("w", "m", 0).await;
+    let s = Scheduler::from_yaml(DEFAULT_CONFIG_YAML, "default").unwrap();
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let eps = vec![pdgate_scheduler::Endpoint::new(
+        "w",
+        a.addr().to_string(),
+        BTreeMap::new(),
+    )];
+    let router = serve_on(
+        l,
+        ServeOptions::new(Arc::new(s), EndpointSource::Static(eps)),
+    )
+    .await
+    .unwrap();
+    let url = format!("http://{}", router.addr);
+    let client = reqwest::Client::new();
+
+    let r = client
+        .get(format!("{url}/v2/nothing"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 404);
+    let b: Value = r.json().await.unwrap();
+    assert_eq!(
+        b,
+        json!({"error": {"message": "no route for GET /v2/nothing", "type": "not_found_error", "code": 404}})
+    );
+
+    let r = client
+        .get(format!("{url}/v1/completions"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 405);
+    let b: Value = r.json().await.unwrap();
+    assert_eq!(
+        b["error"]["message"],
+        "method GET is not allowed for /v1/completions"
+    );
+    assert_eq!(b["error"]["code"], 405);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_abandoned_before_its_response_head_is_counted_as_499() {
+    // The engine waits 2 s before answering; the client gives up after 200 ms.
+    let slow = worker("slow", "m", 2000).await;
+    let s = Scheduler::from_yaml(DEFAULT_CONFIG_YAML, "default").unwrap();
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let eps = vec![pdgate_scheduler::Endpoint::new(
+        "slow",
+        slow.addr().to_string(),
+        BTreeMap::new(),
+    )];
+    let router = serve_on(
+        l,
+        ServeOptions::new(Arc::new(s), EndpointSource::Static(eps)),
+    )
+    .await
+    .unwrap();
+    let url = format!("http://{}", router.addr);
+    let r = reqwest::Client::new()
+        .post(format!("{url}/v1/completions"))
+        .timeout(Duration::from_millis(200))
+        .json(&json!({"model": "m", "prompt": "x", "max_tokens": 1}))
+        .send()
+        .await;
+    assert!(r.unwrap_err().is_timeout());
+    let state = router.state.clone();
+    let abandoned = || {
+        state
+            .metrics
+            .requests
+            .with_label_values(&["completions", "499"])
+            .get()
+    };
+    wait_until(|| abandoned() == 1).await;
+    let in_flight: u32 = state
+        .registry
+        .snapshot()
+        .endpoints
+        .iter()
+        .map(|e| e.load.in_flight())
+        .sum();
+    assert_eq!(in_flight, 0);
+}
