@@ -29,7 +29,8 @@ pub struct ServeArgs {
     /// Endpoints file (YAML), re-read when it changes.
     #[arg(long, conflicts_with = "endpoint")]
     pub endpoints: Option<PathBuf>,
-    /// An endpoint: `ADDR[,name=N][,role=R][,revision=V][,label=value...]`. Repeatable.
+    /// An endpoint: `HOST:PORT[,name=N][,role=R][,revision=V][,prefix/key=value...]`.
+    /// Repeatable.
     #[arg(long)]
     pub endpoint: Vec<String>,
     /// Request body limit, bytes.
