@@ -27,6 +27,26 @@ pub struct Metrics {
     pub stream_errors: IntCounter,
     /// `pdgate_scrape_errors_total`: failed engine `/metrics` scrapes.
     pub scrape_errors: IntCounter,
+    hot: Hot,
+}
+
+/// Pre-resolved series of the per-request path (a label lookup hashes the labels and takes
+/// a lock; these are the series almost every request touches).
+struct Hot {
+    requests_ok: [IntCounter; 2],
+    phase_ok: [IntCounter; 3],
+    pd: [IntCounter; 2],
+    upstream: [Histogram; 3],
+}
+
+/// Index of a phase label among the hot series: prefill, decode, aggregated.
+fn phase_slot(phase: &str) -> Option<usize> {
+    match phase {
+        "prefill" => Some(0),
+        "decode" => Some(1),
+        "aggregated" => Some(2),
+        _ => None,
+    }
 }
 
 impl Default for Metrics {
@@ -48,99 +68,133 @@ impl Metrics {
         let buckets = vec![
             0.00001, 0.00003, 0.0001, 0.0003, 0.001, 0.003, 0.01, 0.03, 0.1, 0.3, 1.0, 3.0, 10.0,
         ];
+        let counter_vec = |name: &str, help: &str, labels: &[&str]| {
+            reg(
+                &r,
+                IntCounterVec::new(Opts::new(name, help), labels).expect("valid metric"),
+            )
+        };
+        let requests = counter_vec(
+            "pdgate_requests_total",
+            "Client requests by API and final status.",
+            &["api", "status"],
+        );
+        let phase_requests = counter_vec(
+            "pdgate_phase_requests_total",
+            "Phase legs by phase and upstream status.",
+            &["phase", "status"],
+        );
+        let pd_decisions = counter_vec(
+            "pdgate_pd_decisions_total",
+            "Requests split into prefill and decode, or run aggregated.",
+            &["mode"],
+        );
+        let conditional_decode = counter_vec(
+            "pdgate_conditional_decode_probes_total",
+            "Conditional-decode probes by result.",
+            &["result"],
+        );
+        let scheduling = reg(
+            &r,
+            Histogram::with_opts(
+                HistogramOpts::new(
+                    "pdgate_scheduling_duration_seconds",
+                    "Time to pick the endpoints of a request.",
+                )
+                .buckets(buckets.clone()),
+            )
+            .expect("valid metric"),
+        );
+        let upstream = reg(
+            &r,
+            HistogramVec::new(
+                HistogramOpts::new(
+                    "pdgate_upstream_duration_seconds",
+                    "Phase leg time to the upstream response head.",
+                )
+                .buckets(buckets),
+                &["phase"],
+            )
+            .expect("valid metric"),
+        );
+        let in_flight = reg(
+            &r,
+            IntGaugeVec::new(
+                Opts::new("pdgate_in_flight", "Requests booked on each endpoint."),
+                &["endpoint"],
+            )
+            .expect("valid metric"),
+        );
+        let stream_errors = reg(
+            &r,
+            IntCounter::new(
+                "pdgate_stream_errors_total",
+                "Upstream failures after streaming to the client began.",
+            )
+            .expect("valid metric"),
+        );
+        let scrape_errors = reg(
+            &r,
+            IntCounter::new(
+                "pdgate_scrape_errors_total",
+                "Failed engine /metrics scrapes.",
+            )
+            .expect("valid metric"),
+        );
+        let phases = ["prefill", "decode", "aggregated"];
+        let hot = Hot {
+            requests_ok: ["completions", "chat_completions"]
+                .map(|a| requests.with_label_values(&[a, "200"])),
+            phase_ok: phases.map(|p| phase_requests.with_label_values(&[p, "200"])),
+            pd: ["split", "aggregated"].map(|m| pd_decisions.with_label_values(&[m])),
+            upstream: phases.map(|p| upstream.with_label_values(&[p])),
+        };
         Metrics {
-            requests: reg(
-                &r,
-                IntCounterVec::new(
-                    Opts::new(
-                        "pdgate_requests_total",
-                        "Client requests by API and final status.",
-                    ),
-                    &["api", "status"],
-                )
-                .expect("valid metric"),
-            ),
-            phase_requests: reg(
-                &r,
-                IntCounterVec::new(
-                    Opts::new(
-                        "pdgate_phase_requests_total",
-                        "Phase legs by phase and upstream status.",
-                    ),
-                    &["phase", "status"],
-                )
-                .expect("valid metric"),
-            ),
-            scheduling: reg(
-                &r,
-                Histogram::with_opts(
-                    HistogramOpts::new(
-                        "pdgate_scheduling_duration_seconds",
-                        "Time to pick the endpoints of a request.",
-                    )
-                    .buckets(buckets.clone()),
-                )
-                .expect("valid metric"),
-            ),
-            upstream: reg(
-                &r,
-                HistogramVec::new(
-                    HistogramOpts::new(
-                        "pdgate_upstream_duration_seconds",
-                        "Phase leg time to the upstream response head.",
-                    )
-                    .buckets(buckets),
-                    &["phase"],
-                )
-                .expect("valid metric"),
-            ),
-            pd_decisions: reg(
-                &r,
-                IntCounterVec::new(
-                    Opts::new(
-                        "pdgate_pd_decisions_total",
-                        "Requests split into prefill and decode, or run aggregated.",
-                    ),
-                    &["mode"],
-                )
-                .expect("valid metric"),
-            ),
-            in_flight: reg(
-                &r,
-                IntGaugeVec::new(
-                    Opts::new("pdgate_in_flight", "Requests booked on each endpoint."),
-                    &["endpoint"],
-                )
-                .expect("valid metric"),
-            ),
-            conditional_decode: reg(
-                &r,
-                IntCounterVec::new(
-                    Opts::new(
-                        "pdgate_conditional_decode_probes_total",
-                        "Conditional-decode probes by result.",
-                    ),
-                    &["result"],
-                )
-                .expect("valid metric"),
-            ),
-            stream_errors: reg(
-                &r,
-                IntCounter::new(
-                    "pdgate_stream_errors_total",
-                    "Upstream failures after streaming to the client began.",
-                )
-                .expect("valid metric"),
-            ),
-            scrape_errors: reg(
-                &r,
-                IntCounter::new(
-                    "pdgate_scrape_errors_total",
-                    "Failed engine /metrics scrapes.",
-                )
-                .expect("valid metric"),
-            ),
             registry: r,
+            requests,
+            phase_requests,
+            scheduling,
+            upstream,
+            pd_decisions,
+            in_flight,
+            conditional_decode,
+            stream_errors,
+            scrape_errors,
+            hot,
+        }
+    }
+
+    /// `pdgate_requests_total{api, status}` += 1.
+    pub fn count_request(&self, api: &str, status: &str) {
+        match (api, status) {
+            ("completions", "200") => self.hot.requests_ok[0].inc(),
+            ("chat_completions", "200") => self.hot.requests_ok[1].inc(),
+            _ => self.requests.with_label_values(&[api, status]).inc(),
+        }
+    }
+
+    /// `pdgate_phase_requests_total{phase, status}` += 1 (`status` an HTTP status, or
+    /// `error` when the leg got no response).
+    pub fn count_phase(&self, phase: &str, status: &str) {
+        match (phase_slot(phase), status) {
+            (Some(i), "200") => self.hot.phase_ok[i].inc(),
+            _ => self
+                .phase_requests
+                .with_label_values(&[phase, status])
+                .inc(),
+        }
+    }
+
+    /// `pdgate_pd_decisions_total{mode}` += 1.
+    pub fn count_pd_decision(&self, split: bool) {
+        self.hot.pd[usize::from(!split)].inc();
+    }
+
+    /// Observes a leg's time to its response head in `pdgate_upstream_duration_seconds`.
+    pub fn observe_upstream(&self, phase: &str, seconds: f64) {
+        match phase_slot(phase) {
+            Some(i) => self.hot.upstream[i].observe(seconds),
+            None => self.upstream.with_label_values(&[phase]).observe(seconds),
         }
     }
 

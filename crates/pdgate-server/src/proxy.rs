@@ -59,11 +59,7 @@ impl Drop for RequestCounter<'_> {
             ApiKind::ChatCompletions => "chat_completions",
         };
         let status = self.status.as_ref().map_or("499", StatusCode::as_str);
-        self.state
-            .metrics
-            .requests
-            .with_label_values(&[api, status])
-            .inc();
+        self.state.metrics.count_request(api, status);
     }
 }
 
@@ -140,11 +136,7 @@ async fn run(
         prefill: result.prefill.as_ref().filter(|_| split).map(target),
         decode: target(&result.decode),
     };
-    state
-        .metrics
-        .pd_decisions
-        .with_label_values(&[if split { "split" } else { "aggregated" }])
-        .inc();
+    state.metrics.count_pd_decision(split);
     let upstream_headers = header_rules::upstream_request_headers(&client_headers, &rid);
     // From here on every answer names the endpoints of the plan, errors included.
     let mut resp = match forward(state, &req, &raw, &upstream_headers, &plan, result).await {
@@ -182,19 +174,13 @@ async fn forward(
             pdgate_coordinator::PipelineError::Dispatch { phase, .. } => phase.as_str(),
             _ => "prefill",
         };
-        state
-            .metrics
-            .phase_requests
-            .with_label_values(&[phase, "error"])
-            .inc();
+        state.metrics.count_phase(phase, "error");
     })?;
     let resp = match outcome {
         Outcome::PrefillRejected(r) => {
             state
                 .metrics
-                .phase_requests
-                .with_label_values(&["prefill", &status_label(r.status)])
-                .inc();
+                .count_phase("prefill", &status_label(r.status));
             let prefill = plan
                 .prefill
                 .as_ref()
@@ -205,22 +191,14 @@ async fn forward(
         Outcome::Final(r) => r,
     };
     if split {
-        state
-            .metrics
-            .phase_requests
-            .with_label_values(&["prefill", "200"])
-            .inc();
+        state.metrics.count_phase("prefill", "200");
     }
     state
         .metrics
-        .phase_requests
-        .with_label_values(&[decode_phase.as_str(), &status_label(resp.status)])
-        .inc();
+        .count_phase(decode_phase.as_str(), &status_label(resp.status));
     state
         .metrics
-        .upstream
-        .with_label_values(&[decode_phase.as_str()])
-        .observe(leg_started.elapsed().as_secs_f64());
+        .observe_upstream(decode_phase.as_str(), leg_started.elapsed().as_secs_f64());
 
     if resp.status >= 500 {
         let body =
