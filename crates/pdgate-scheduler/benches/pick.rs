@@ -1,0 +1,96 @@
+//! Scheduling cost of one request through the built-in P/D config (prefill and decode
+//! profiles: role filters, prefix-cache + queue + kv-cache-utilization scorers, max-score
+//! picker, prefix-based P/D decider) over 8, 64 and 512 endpoints, with a 32k-token prompt
+//! and a warm prefix index. Run: `cargo bench -p pdgate-scheduler --bench pick`.
+
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
+use pdgate_api::PromptInput;
+use pdgate_scheduler::{
+    Endpoint, EndpointLoad, EndpointState, Scheduler, SchedulingRequest, Snapshot,
+    DEFAULT_CONFIG_YAML,
+};
+use std::collections::BTreeMap;
+use std::hint::black_box;
+use std::sync::Arc;
+
+/// `n` endpoints, a quarter prefill and the rest decode, with varied scraped load.
+fn fleet(n: usize) -> Snapshot {
+    let endpoints = (0..n)
+        .map(|i| {
+            let role = if i % 4 == 0 { "prefill" } else { "decode" };
+            let labels = BTreeMap::from([("llm-d.ai/role".to_string(), role.to_string())]);
+            let load = Arc::new(EndpointLoad::default());
+            load.set_scraped(
+                Some((i % 7) as f64),
+                Some((i % 3) as f64),
+                Some((i % 10) as f64 / 10.0),
+            );
+            Arc::new(EndpointState {
+                endpoint: Endpoint::new(
+                    format!("ep-{i}"),
+                    format!("10.0.{}.{}:8000", i / 250, i % 250),
+                    labels,
+                ),
+                load,
+            })
+        })
+        .collect();
+    Snapshot {
+        endpoints,
+        version: 1,
+    }
+}
+
+/// A 32,768-token prompt whose first `shared` tokens are common to every variant.
+fn prompt(variant: u32, shared: u32) -> PromptInput {
+    PromptInput::Tokens(
+        (0..32_768u32)
+            .map(|t| {
+                if t < shared {
+                    t
+                } else {
+                    t.wrapping_mul(31).wrapping_add(variant)
+                }
+            })
+            .collect(),
+    )
+}
+
+fn bench_pick(c: &mut Criterion) {
+    let mut group = c.benchmark_group("schedule_pd_32k_prompt");
+    for n in [8usize, 64, 512] {
+        let scheduler =
+            Scheduler::from_yaml(DEFAULT_CONFIG_YAML, "built-in").expect("built-in config loads");
+        let snapshot = fleet(n);
+        // Warm the prefix index: many prompts sharing a 16k-token prefix, spread over the fleet.
+        for v in 0..(4 * n as u32) {
+            let p = prompt(v, 16_384);
+            let req = SchedulingRequest {
+                request_id: "warm",
+                model: "m",
+                prompt: &p,
+                profile: None,
+            };
+            drop(scheduler.schedule(&req, &snapshot).expect("warm-up pick"));
+        }
+        let p = prompt(1_000_000, 16_384);
+        group.bench_with_input(BenchmarkId::from_parameter(n), &n, |b, _| {
+            b.iter(|| {
+                let req = SchedulingRequest {
+                    request_id: "r",
+                    model: "m",
+                    prompt: &p,
+                    profile: None,
+                };
+                // Dropping the result releases the in-flight bookings, as a finished request does.
+                drop(black_box(
+                    scheduler.schedule(&req, &snapshot).expect("pick"),
+                ));
+            })
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, bench_pick);
+criterion_main!(benches);
