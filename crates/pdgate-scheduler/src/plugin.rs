@@ -56,6 +56,13 @@ pub trait ProfileHandler: Send + Sync {
         ctx: &RequestCtx<'_>,
         runner: &dyn ProfileRunner,
     ) -> Result<SchedulingResult, Rejection>;
+
+    /// True when the handler itself interprets `SchedulingRequest::profile` (the profile
+    /// header); otherwise the scheduler runs a header-named profile directly and calls the
+    /// handler only for requests without one.
+    fn selects_by_header(&self) -> bool {
+        false
+    }
 }
 
 /// Sees the scheduling result before the request is sent (llm-d `PreRequest`); used by

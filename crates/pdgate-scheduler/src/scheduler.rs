@@ -57,8 +57,9 @@ impl Scheduler {
     /// Schedules one request over `snapshot`.
     ///
     /// With `req.profile` set (header-selected), runs only that profile; the pick's phase is
-    /// `Prefill`/`Decode`/`Encode` for profiles of those names, else `Aggregated`. Otherwise
-    /// the profile handler decides. Every pick is booked (in-flight +1) at pick time; the
+    /// `Prefill`/`Decode`/`Encode` for profiles of those names, else `Aggregated`. Otherwise —
+    /// or always, when the handler selects by header (`header-profile-handler`) — the profile
+    /// handler decides. Every pick is booked (in-flight +1) at pick time; the
     /// producers then record the picks in their prefix indexes.
     ///
     /// Errors: [`Rejection::NoEndpoints`] (no schedulable endpoint), [`Rejection::Saturated`]
@@ -74,7 +75,7 @@ impl Scheduler {
             snapshot,
         };
         let mut result = match req.profile {
-            Some(name) => {
+            Some(name) if !self.handler.selects_by_header() => {
                 let mut pick = runner.run(&ctx, name)?;
                 pick.phase = phase_of_profile(name);
                 SchedulingResult {
@@ -82,7 +83,7 @@ impl Scheduler {
                     decode: pick,
                 }
             }
-            None => self.handler.handle(&ctx, &runner)?,
+            _ => self.handler.handle(&ctx, &runner)?,
         };
         if let Some(index) = self.indexes.first() {
             let prompt = ctx.prompt_tokens();
@@ -100,7 +101,8 @@ impl Scheduler {
     }
 }
 
-fn phase_of_profile(name: &str) -> Phase {
+/// The phase of a pick made by the profile `name` alone (header-selected).
+pub(crate) fn phase_of_profile(name: &str) -> Phase {
     match name {
         "prefill" => Phase::Prefill,
         "decode" => Phase::Decode,

@@ -9,7 +9,7 @@ use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, StatusCode};
 use pdgate_api::{headers, ApiKind, InferenceRequest, Phase};
 use pdgate_coordinator::{header_rules, Outcome, PhaseResponse, Plan, Target};
-use pdgate_scheduler::{Pick, SchedulingRequest, SchedulingResult};
+use pdgate_scheduler::{Pick, Rejection, SchedulingRequest, SchedulingResult};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -92,6 +92,26 @@ fn target(p: &Pick) -> Target {
     }
 }
 
+/// The scheduling profile a per-role router must run, from `x-llm-d-epp-profile` (or the
+/// legacy `EPP-Profile`); `None` lets the profile handler decide (design.md §5.3).
+///
+/// Errors: the header is not visible ASCII → 400 naming it.
+fn profile_header(h: &HeaderMap) -> Result<Option<&str>, ApiError> {
+    for name in [headers::EPP_PROFILE, headers::EPP_PROFILE_LEGACY] {
+        if let Some(v) = h.get(name) {
+            let v = v.to_str().map_err(|_| ApiError::InvalidHeader {
+                header: headers::EPP_PROFILE,
+                reason: "not a visible ASCII string".into(),
+            })?;
+            let v = v.trim();
+            if !v.is_empty() {
+                return Ok(Some(v));
+            }
+        }
+    }
+    Ok(None)
+}
+
 fn request_id(client: &HeaderMap) -> HeaderValue {
     client
         .get(headers::REQUEST_ID)
@@ -115,17 +135,27 @@ async fn run(
         return Err(ApiError::ModelNotFound(req.model));
     }
     let rid = request_id(&client_headers);
+    let profile = profile_header(&client_headers)?;
     let snapshot = state.registry.snapshot();
     let started = Instant::now();
-    let result = state.scheduler.schedule(
-        &SchedulingRequest {
-            request_id: rid.to_str().unwrap_or_default(),
-            model: &req.model,
-            prompt: &req.prompt,
-            profile: None,
-        },
-        &snapshot,
-    )?;
+    let result = state
+        .scheduler
+        .schedule(
+            &SchedulingRequest {
+                request_id: rid.to_str().unwrap_or_default(),
+                model: &req.model,
+                prompt: &req.prompt,
+                profile,
+            },
+            &snapshot,
+        )
+        .map_err(|e| match e {
+            Rejection::UnknownProfile(_) => ApiError::InvalidHeader {
+                header: headers::EPP_PROFILE,
+                reason: e.to_string(),
+            },
+            other => ApiError::Rejected(other),
+        })?;
     state
         .metrics
         .scheduling

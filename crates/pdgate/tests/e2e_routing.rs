@@ -205,3 +205,49 @@ async fn a_request_abandoned_before_its_response_head_is_counted_as_499() {
         .sum();
     assert_eq!(in_flight, 0);
 }
+
+#[tokio::test]
+async fn the_profile_header_selects_the_phase_profile_and_an_unknown_one_is_400() {
+    let f = pdgate::fleet::start(
+        &pdgate::fleet::FleetSpec::new(1, 1, 100.0),
+        DEFAULT_CONFIG_YAML,
+    )
+    .await
+    .unwrap();
+    let client = reqwest::Client::new();
+    let body =
+        json!({"model": "pdgate-sim", "prompt": (0..64).collect::<Vec<u32>>(), "max_tokens": 1});
+    for (header, value, endpoint) in [
+        ("x-llm-d-epp-profile", "prefill", "prefill-0"),
+        ("x-llm-d-epp-profile", "decode", "decode-0"),
+        ("EPP-Profile", "prefill", "prefill-0"),
+    ] {
+        let r = client
+            .post(format!("{}/v1/completions", f.url()))
+            .header(header, value)
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200, "{header}: {value}");
+        assert_eq!(
+            r.headers()["x-pdgate-decode-endpoint"],
+            endpoint,
+            "{header}: {value}"
+        );
+    }
+    let r = client
+        .post(format!("{}/v1/completions", f.url()))
+        .header("x-llm-d-epp-profile", "encode-all-the-things")
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400);
+    let b: Value = r.json().await.unwrap();
+    assert_eq!(
+        b["error"]["message"],
+        "header `x-llm-d-epp-profile`: unknown scheduling profile `encode-all-the-things`"
+    );
+    assert_eq!(f.in_flight(), 0);
+}

@@ -40,7 +40,11 @@ pub fn find_path(text: &str, range: &Range<usize>, path: &str) -> Option<usize> 
     let mut from = range.start;
     let mut found = None;
     for seg in path.split('.') {
-        let head = format!("{seg}:");
+        let (key, index) = match seg.strip_suffix(']').and_then(|s| s.split_once('[')) {
+            Some((k, i)) => (k, i.parse::<usize>().ok()),
+            None => (seg, None),
+        };
+        let head = format!("{key}:");
         let hit = text
             .lines()
             .enumerate()
@@ -54,8 +58,48 @@ pub fn find_path(text: &str, range: &Range<usize>, path: &str) -> Option<usize> 
             }
             None => break,
         }
+        if let Some(n) = index {
+            match seq_item(text, from, range.end, n) {
+                // The item's first line may hold its first key (`- key: v`): search from it.
+                Some(i) => {
+                    found = Some(i + 1);
+                    from = i;
+                }
+                None => break,
+            }
+        }
     }
     found
+}
+
+/// 0-based line of the `n`-th item (`- `) of the block sequence starting at line `from`.
+fn seq_item(text: &str, from: usize, end: usize, n: usize) -> Option<usize> {
+    let mut indent = None;
+    let mut count = 0;
+    for (i, line) in text
+        .lines()
+        .enumerate()
+        .skip(from)
+        .take(end.saturating_sub(from))
+    {
+        let t = line.trim_start();
+        if t.is_empty() || t.starts_with('#') {
+            continue;
+        }
+        let d = line.len() - t.len();
+        let is_item = t.starts_with("- ") || t == "-";
+        let di = *indent.get_or_insert(d);
+        if d < di || (d == di && !is_item) {
+            return None;
+        }
+        if d == di && is_item {
+            if count == n {
+                return Some(i);
+            }
+            count += 1;
+        }
+    }
+    None
 }
 
 /// 1-based line inside `range` of `key: value` (value possibly quoted).
@@ -95,6 +139,21 @@ mod tests {
             Some(6)
         );
         assert_eq!(find_path(DOC, &items[0], "parameters.nope"), Some(4));
+        let seq = "- type: f\n  parameters:\n    matchExpressions:\n    - key: a\n      operator: In\n    \
+                   - operator: Bad\n      key: b\n";
+        let r = 0..7;
+        assert_eq!(
+            find_path(seq, &r, "parameters.matchExpressions[1].key"),
+            Some(7)
+        );
+        assert_eq!(
+            find_path(seq, &r, "parameters.matchExpressions[1].operator"),
+            Some(6)
+        );
+        assert_eq!(
+            find_path(seq, &r, "parameters.matchExpressions[0].operator"),
+            Some(5)
+        );
         let profiles = seq_items(DOC, "schedulingProfiles");
         assert_eq!(profiles, vec![9..12]);
         assert_eq!(

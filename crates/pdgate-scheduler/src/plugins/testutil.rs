@@ -29,3 +29,15 @@ pub fn with_ctx<R>(prompt: &PromptInput, f: impl FnOnce(&RequestCtx<'_>) -> R) -
     let ctx = RequestCtx::new(&req, 4);
     f(&ctx)
 }
+
+/// An endpoint named `name` with the given labels.
+pub fn ep_labels(name: &str, labels: &[(&str, &str)]) -> Arc<EndpointState> {
+    let labels: BTreeMap<String, String> = labels
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    Arc::new(EndpointState {
+        endpoint: Endpoint::new(name, format!("{name}:8000"), labels),
+        load: Arc::new(EndpointLoad::default()),
+    })
+}

@@ -1,0 +1,67 @@
+//! `encode-filter` — keeps endpoints that may run the Encode phase.
+//!
+//! - **Type:** `encode-filter`
+//! - **Extension points:** Filter
+//! - **Parameters:** none.
+//! - **Inputs:** the endpoint's role (label `llm-d.ai/role`).
+//! - **Outputs:** candidates whose role is `encode`, `encode-prefill` or
+//!   `encode-prefill-decode` (llm-d EncodeRole filter).
+//! - **Limitations:** unlabeled endpoints, and endpoints with an unknown role value, are
+//!   dropped (like `prefill-filter`; only `decode-filter` keeps unlabeled endpoints).
+
+use crate::plugin::{Candidates, Filter};
+use crate::registry::{decode, BuildCtx, Built, NoParams, PluginError, PluginType, Stage};
+use crate::request::RequestCtx;
+use serde_yaml_ng::Value;
+use std::sync::Arc;
+
+/// Registry entry.
+pub const TYPE: PluginType = PluginType {
+    name: "encode-filter",
+    stage: Stage::Consumer,
+    build,
+};
+
+/// The filter.
+#[derive(Debug, Default)]
+pub struct EncodeFilter;
+
+impl Filter for EncodeFilter {
+    fn filter(&self, _ctx: &RequestCtx<'_>, candidates: &mut Candidates<'_>) {
+        candidates.retain(|e| e.endpoint.role.is_some_and(|r| r.can_encode()));
+    }
+}
+
+fn build(params: Option<&Value>, _: &mut BuildCtx<'_>) -> Result<Built, PluginError> {
+    decode::<NoParams>(params)?;
+    Ok(Built {
+        filter: Some(Arc::new(EncodeFilter)),
+        ..Built::default()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plugins::testutil::{ep, with_ctx};
+    use pdgate_api::PromptInput;
+
+    #[test]
+    fn keeps_encode_capable_only() {
+        let eps = [
+            ep("e", Some("encode")),
+            ep("ep", Some("encode-prefill")),
+            ep("epd", Some("encode-prefill-decode")),
+            ep("p", Some("prefill")),
+            ep("d", Some("decode")),
+            ep("b", Some("both")),
+            ep("n", None),
+        ];
+        let mut c: Candidates<'_> = eps.iter().collect();
+        with_ctx(&PromptInput::Tokens(vec![]), |ctx| {
+            EncodeFilter.filter(ctx, &mut c)
+        });
+        let names: Vec<&str> = c.iter().map(|e| e.endpoint.name.as_str()).collect();
+        assert_eq!(names, ["e", "ep", "epd"]);
+    }
+}
