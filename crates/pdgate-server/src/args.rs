@@ -94,7 +94,8 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let (state, _tasks) = start_state(opts).await?;
     let threads = args
         .threads
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+        .max(1);
     let bound = crate::threads::spawn_server_threads(addr, threads, &state)
         .with_context(|| format!("binding {addr}"))?;
     tracing::info!(addr = %bound, threads, "pdgate serve listening");

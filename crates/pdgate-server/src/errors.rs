@@ -112,6 +112,11 @@ impl IntoResponse for ApiError {
             body,
         )
             .into_response();
+        if matches!(self, ApiError::BodyTooLarge { .. } | ApiError::BodyRead(_)) {
+            // The rest of the body was not read: the connection cannot carry another request.
+            resp.headers_mut()
+                .insert(http::header::CONNECTION, HeaderValue::from_static("close"));
+        }
         if let ApiError::Rejected(r @ Rejection::Saturated { .. }) = &self {
             if let Ok(v) = HeaderValue::from_str(&r.to_string()) {
                 resp.headers_mut()

@@ -29,7 +29,8 @@ pub async fn handle(
         api,
         status: None,
     };
-    let resp = match run(&state, api, client_headers, body).await {
+    let rid = request_id(&client_headers);
+    let mut resp = match run(&state, api, client_headers, body, &rid).await {
         Ok(r) => r,
         Err(e) => {
             if !matches!(
@@ -41,6 +42,8 @@ pub async fn handle(
             e.into_response()
         }
     };
+    // Every answer carries the request id, the router's own errors included.
+    resp.headers_mut().entry(headers::REQUEST_ID).or_insert(rid);
     counter.status = Some(resp.status());
     resp
 }
@@ -128,13 +131,14 @@ async fn run(
     api: ApiKind,
     client_headers: HeaderMap,
     body: Body,
+    rid: &HeaderValue,
 ) -> Result<Response, ApiError> {
     let raw = read_body(body, state.max_body_bytes, &client_headers).await?;
     let req = InferenceRequest::parse(api, &raw)?;
     if !state.model_may_exist(&req.model) {
         return Err(ApiError::ModelNotFound(req.model));
     }
-    let rid = request_id(&client_headers);
+    let rid = rid.clone();
     let profile = profile_header(&client_headers)?;
     let snapshot = state.registry.snapshot();
     let started = Instant::now();

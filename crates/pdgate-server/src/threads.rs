@@ -61,3 +61,16 @@ pub fn spawn_server_threads(
     }
     Ok(bound)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_port_held_by_another_reuseport_listener_is_refused() {
+        let held = bind_reuseport("127.0.0.1:0".parse().unwrap()).unwrap();
+        let port = held.local_addr().unwrap();
+        let probe = std::net::TcpListener::bind(port);
+        assert_eq!(probe.unwrap_err().kind(), std::io::ErrorKind::AddrInUse);
+    }
+}

@@ -32,6 +32,10 @@ pub struct PullRequest {
     pub revision: Option<String>,
     /// The decode request's prompt length; must equal the lease's.
     pub num_tokens: usize,
+    /// Fingerprint of the decode request's prompt; when given, must equal the lease's (the
+    /// same length is not the same prompt).
+    #[serde(default)]
+    pub prompt_fingerprint: Option<u64>,
     /// Leading prompt tokens the decode worker already holds (not transferred).
     #[serde(default)]
     pub skip_tokens: usize,
@@ -100,7 +104,7 @@ pub enum Rejection {
         asked: Option<String>,
     },
     /// The decode's prompt is not the one the lease holds.
-    #[error("lease {lease} holds {held} prompt tokens, the decode request has {asked}")]
+    #[error("lease {lease} holds another prompt ({held} tokens) than the decode request ({asked} tokens)")]
     PromptMismatch {
         /// Lease id.
         lease: String,
@@ -257,6 +261,7 @@ pub async fn pull(
     target: &PullTarget,
     revision: Option<String>,
     num_tokens: usize,
+    prompt_fingerprint: u64,
     skip_tokens: usize,
 ) -> Result<PullGrant, HandoffFailure> {
     let unreachable = |error: String| -> HandoffFailure {
@@ -273,6 +278,7 @@ pub async fn pull(
         block_ids: target.block_ids.clone(),
         revision,
         num_tokens,
+        prompt_fingerprint: Some(prompt_fingerprint),
         skip_tokens,
     };
     let resp = client

@@ -230,7 +230,14 @@ async fn unknown_engine_lease_unreachable_and_malformed() {
     assert!(r.body["error"]["message"]
         .as_str()
         .unwrap()
-        .ends_with("holds 100 prompt tokens, the decode request has 90"));
+        .ends_with("holds another prompt (100 tokens) than the decode request (90 tokens)"));
+    // Same length, other tokens: still another prompt (regression: this was accepted).
+    let r = decode_leg(&d, &tokens(5001, 100), &decode_params(&pre)).await;
+    assert_eq!(r.status, 409, "{}", r.body);
+    assert!(r.body["error"]["message"]
+        .as_str()
+        .unwrap()
+        .ends_with("holds another prompt (100 tokens) than the decode request (100 tokens)"));
 
     let mut kv = decode_params(&pre);
     kv["remote_host"] = json!(null);
@@ -264,14 +271,14 @@ async fn unknown_engine_lease_unreachable_and_malformed() {
         200
     );
     let rej = d.stats().handoff_rejections;
-    for k in [
-        "unknown_engine",
-        "unknown_lease",
-        "prompt_mismatch",
-        "malformed",
-        "unreachable",
+    for (k, n) in [
+        ("unknown_engine", 1),
+        ("unknown_lease", 1),
+        ("prompt_mismatch", 2),
+        ("malformed", 1),
+        ("unreachable", 1),
     ] {
-        assert_eq!(rej.get(k), Some(&1), "{k} in {rej:?}");
+        assert_eq!(rej.get(k), Some(&n), "{k} in {rej:?}");
     }
 }
 

@@ -13,23 +13,37 @@ async fn fleet_with_body_limit(limit: usize) -> (fleet::LocalFleet, String) {
     (f, url)
 }
 async fn post(url: &str, body: impl Into<reqwest::Body>) -> (u16, Value) {
+    let (status, _, body) = post_with_headers(url, body).await;
+    (status, body)
+}
+
+async fn post_with_headers(
+    url: &str,
+    body: impl Into<reqwest::Body>,
+) -> (u16, reqwest::header::HeaderMap, Value) {
     let r = reqwest::Client::new()
         .post(format!("{url}/v1/completions"))
         .header("content-type", "application/json")
+        .header("x-request-id", "client-rid-7")
         .body(body)
         .send()
         .await
         .unwrap();
     let status = r.status().as_u16();
-    (status, r.json().await.unwrap())
+    let headers = r.headers().clone();
+    (status, headers, r.json().await.unwrap())
 }
 
 #[tokio::test]
 async fn bad_input_gets_the_documented_status_and_an_openai_error_body() {
     let (_f, url) = fleet_with_body_limit(1 << 20).await;
 
-    let (s, b) = post(&url, "{\"model\": ").await;
+    let (s, h, b) = post_with_headers(&url, "{\"model\": ").await;
     assert_eq!(s, 400);
+    assert_eq!(
+        h["x-request-id"], "client-rid-7",
+        "the router's own errors echo the request id"
+    );
     assert_eq!(b["error"]["type"], "invalid_request_error");
     assert_eq!(b["error"]["code"], 400);
     assert!(
@@ -58,8 +72,11 @@ async fn bad_input_gets_the_documented_status_and_an_openai_error_body() {
         r#"{{"model":"pdgate-sim","prompt":"{}"}}"#,
         "a".repeat(3 << 19)
     );
-    let (s, b) = post(&url, big).await;
+    let (s, h, b) = post_with_headers(&url, big).await;
     assert_eq!(s, 413);
+    // The unread rest of the body makes the connection unusable: say so, so that a client
+    // pool does not send its next request on it.
+    assert_eq!(h["connection"], "close");
     assert_eq!(
         b["error"]["message"],
         format!("request body exceeds the limit of {} bytes", 1 << 20)

@@ -14,6 +14,16 @@ use xxhash_rust::xxh3::Xxh3;
 /// Index of a block in the cache, as reported in `remote_block_ids`.
 pub type BlockId = u32;
 
+/// Fingerprint of a whole prompt (xxh3 of its token ids): a lease is only handed to a decode
+/// whose prompt has the same fingerprint.
+pub fn prompt_fingerprint(tokens: &[u32]) -> u64 {
+    let mut h = Xxh3::new();
+    for t in tokens {
+        h.update(&t.to_le_bytes());
+    }
+    h.digest()
+}
+
 /// Chained hashes of the full blocks of `tokens`: hash i covers tokens 0..(i+1)·block_size.
 pub fn block_hashes(tokens: &[u32], block_size: usize) -> Vec<u64> {
     let mut prev = 0u64;

@@ -18,6 +18,8 @@ pub struct Lease {
     pub blocks: Vec<BlockId>,
     /// Prompt length in tokens.
     pub prompt_tokens: usize,
+    /// Fingerprint of the prompt (`cache::prompt_fingerprint`).
+    pub fingerprint: u64,
     /// Prompt tokens the prefill found in its cache (not computed by it).
     pub cached_tokens: usize,
     /// When the engine releases the blocks if nobody pulled them.

@@ -15,7 +15,7 @@ use crate::config::SimConfig;
 use crate::handoff::{PullGrant, PullRequest, Rejection};
 use crate::metrics::Metrics;
 use crate::stats::WorkerStats;
-use cache::{block_hashes, blocks_for};
+use cache::{block_hashes, blocks_for, prompt_fingerprint};
 use parking_lot::Mutex;
 use sched::{EngineState, Plan};
 pub use seq::{Finish, SeqEvent, SeqMode};
@@ -118,7 +118,7 @@ impl Engine {
         if st.closed {
             return Err(SubmitError::Closed);
         }
-        let seq = seq::Seq::new(
+        let mut seq = seq::Seq::new(
             tx,
             req.mode,
             prompt,
@@ -127,6 +127,7 @@ impl Engine {
             req.arrived,
             req.remote_cached,
         );
+        seq.fingerprint = prompt_fingerprint(&req.tokens);
         st.waiting.push_back(seq);
         drop(st);
         self.notify.notify_one();

@@ -200,6 +200,7 @@ impl EngineState {
                 Lease {
                     blocks,
                     prompt_tokens: s.prompt_len,
+                    fingerprint: s.fingerprint,
                     cached_tokens: s.reported_cached,
                     expires_at: now + self.cfg.lease_ttl,
                 },
@@ -298,7 +299,11 @@ impl EngineState {
                 asked: req.revision.clone(),
             });
         }
-        if req.num_tokens != lease.prompt_tokens {
+        if req.num_tokens != lease.prompt_tokens
+            || req
+                .prompt_fingerprint
+                .is_some_and(|f| f != lease.fingerprint)
+        {
             return Err(Rejection::PromptMismatch {
                 lease: lease_id,
                 held: lease.prompt_tokens,

@@ -51,6 +51,8 @@ pub struct Seq {
     pub(super) prompt_len: usize,
     /// Chained hashes of the prompt's full blocks.
     pub(super) hashes: Vec<u64>,
+    /// Fingerprint of the whole prompt (`cache::prompt_fingerprint`), kept on its lease.
+    pub(super) fingerprint: u64,
     pub(super) max_tokens: usize,
     pub(super) arrived: Instant,
     /// Blocks held: prompt blocks, then output blocks.
@@ -86,6 +88,7 @@ impl Seq {
             mode,
             prompt_len,
             hashes,
+            fingerprint: 0,
             max_tokens,
             arrived,
             blocks: Vec::new(),

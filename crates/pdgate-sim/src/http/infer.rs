@@ -146,6 +146,7 @@ async fn remote_prefill(
             &target,
             w.spec.revision.clone(),
             tokens.len(),
+            crate::engine::cache::prompt_fingerprint(tokens),
             skip,
         )
         .await
