@@ -26,19 +26,23 @@ pub fn bind_reuseport(addr: SocketAddr) -> std::io::Result<std::net::TcpListener
     listener.into_std()
 }
 
-/// Starts `threads` server threads on `addr` (port 0 picks one port for all) and returns the
-/// bound address. The threads run until the process exits.
+/// Starts `threads` server threads (at least 1) on `addr` (port 0 picks one port for all) and
+/// returns the bound address. The threads run until the process exits.
 ///
-/// Errors: the address cannot be bound, or a runtime cannot be built.
+/// Errors: the address is in use — also by another process's `SO_REUSEPORT` listener: the port
+/// is first probed with a plain bind, so two routers never silently share a port — cannot be
+/// bound, or a runtime cannot be built.
 pub fn spawn_server_threads(
     addr: SocketAddr,
     threads: usize,
     state: &Arc<AppState>,
 ) -> std::io::Result<SocketAddr> {
-    let first = bind_reuseport(addr)?;
-    let bound = first.local_addr()?;
-    let mut listeners = vec![first];
-    for _ in 1..threads.max(1) {
+    let bound = {
+        let probe = std::net::TcpListener::bind(addr)?;
+        probe.local_addr()?
+    };
+    let mut listeners = Vec::with_capacity(threads.max(1));
+    for _ in 0..threads.max(1) {
         listeners.push(bind_reuseport(bound)?);
     }
     for (i, std_listener) in listeners.into_iter().enumerate() {
@@ -65,12 +69,24 @@ pub fn spawn_server_threads(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::app::{start_state, ServeOptions};
+    use crate::discovery::EndpointSource;
+    use pdgate_scheduler::{Scheduler, DEFAULT_CONFIG_YAML};
 
-    #[test]
-    fn a_port_held_by_another_reuseport_listener_is_refused() {
+    #[tokio::test]
+    async fn a_port_held_by_another_reuseport_listener_is_refused() {
+        // Another router's listener (SO_REUSEPORT) holds the port.
         let held = bind_reuseport("127.0.0.1:0".parse().unwrap()).unwrap();
         let port = held.local_addr().unwrap();
-        let probe = std::net::TcpListener::bind(port);
-        assert_eq!(probe.unwrap_err().kind(), std::io::ErrorKind::AddrInUse);
+        let scheduler = Arc::new(Scheduler::from_yaml(DEFAULT_CONFIG_YAML, "default").unwrap());
+        let (state, _tasks) =
+            start_state(ServeOptions::new(scheduler, EndpointSource::Static(vec![])))
+                .await
+                .unwrap();
+        let err = spawn_server_threads(port, 2, &state).unwrap_err();
+        assert_eq!(err.kind(), std::io::ErrorKind::AddrInUse);
+        // A free port works, with every thread on the same port.
+        let bound = spawn_server_threads("127.0.0.1:0".parse().unwrap(), 2, &state).unwrap();
+        assert_ne!(bound.port(), 0);
     }
 }
