@@ -134,6 +134,10 @@ impl SimConfig {
             "--abort-rate must be within 0..1"
         );
         anyhow::ensure!(
+            !self.lease_ttl.is_zero(),
+            "--lease-ttl-secs must be at least 1 (a lease that expires at once can never be pulled)"
+        );
+        anyhow::ensure!(
             (400..=599).contains(&self.error_status),
             "--error-status must be an HTTP error status (400..=599)"
         );
@@ -204,6 +208,14 @@ mod tests {
         assert_eq!(
             cfg.validate().unwrap_err().to_string(),
             "--error-status must be an HTTP error status (400..=599)"
+        );
+        let cfg = SimConfig {
+            lease_ttl: Duration::ZERO,
+            ..SimConfig::default()
+        };
+        assert_eq!(
+            cfg.validate().unwrap_err().to_string(),
+            "--lease-ttl-secs must be at least 1 (a lease that expires at once can never be pulled)"
         );
     }
 }
