@@ -92,6 +92,22 @@ pub fn worker_specs(spec: &FleetSpec) -> Vec<WorkerSpec> {
         .collect()
 }
 
+/// A router on 127.0.0.1:0 scheduling with `config_yaml` over a fixed endpoint list, with
+/// the defaults of [`ServeOptions::new`] changed by `tune`.
+///
+/// Errors: the config does not load, or the listener cannot be bound.
+pub async fn router_with(
+    endpoints: Vec<Endpoint>,
+    config_yaml: &str,
+    tune: impl FnOnce(&mut ServeOptions),
+) -> anyhow::Result<ServerHandle> {
+    let scheduler = Scheduler::from_yaml(config_yaml, "fleet config")?;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let mut opts = ServeOptions::new(Arc::new(scheduler), EndpointSource::Static(endpoints));
+    tune(&mut opts);
+    Ok(serve_on(listener, opts).await?)
+}
+
 /// Starts the workers and a router scheduling with `config_yaml` in front of them.
 pub async fn start(spec: &FleetSpec, config_yaml: &str) -> anyhow::Result<LocalFleet> {
     let specs = worker_specs(spec);
@@ -101,12 +117,11 @@ pub async fn start(spec: &FleetSpec, config_yaml: &str) -> anyhow::Result<LocalF
         .zip(&workers)
         .map(|(s, w)| Endpoint::new(s.name.clone(), w.addr().to_string(), s.labels.clone()))
         .collect();
-    let scheduler = Scheduler::from_yaml(config_yaml, "fleet config")?;
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let mut opts = ServeOptions::new(Arc::new(scheduler), EndpointSource::Static(endpoints));
-    opts.scrape_interval = spec.scrape_interval;
-    opts.max_body_bytes = spec.max_body_bytes;
-    let router = serve_on(listener, opts).await?;
+    let router = router_with(endpoints, config_yaml, |opts| {
+        opts.scrape_interval = spec.scrape_interval;
+        opts.max_body_bytes = spec.max_body_bytes;
+    })
+    .await?;
     let fleet = LocalFleet { workers, router };
     fleet.wait_for_models().await;
     Ok(fleet)

@@ -8,8 +8,7 @@ use bytes::Bytes;
 use futures_util::StreamExt;
 use http::HeaderMap;
 use pdgate::fleet::{self, FleetSpec};
-use pdgate_scheduler::{Endpoint, Scheduler, DEFAULT_CONFIG_YAML};
-use pdgate_server::{serve_on, EndpointSource, ServeOptions};
+use pdgate_scheduler::{Endpoint, DEFAULT_CONFIG_YAML};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -66,14 +65,9 @@ fn labels(role: &str, revision: Option<&str>) -> BTreeMap<String, String> {
 }
 
 async fn router(endpoints: Vec<Endpoint>) -> pdgate_server::ServerHandle {
-    let s = Scheduler::from_yaml(DEFAULT_CONFIG_YAML, "default").unwrap();
-    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    serve_on(
-        l,
-        ServeOptions::new(Arc::new(s), EndpointSource::Static(endpoints)),
-    )
-    .await
-    .unwrap()
+    fleet::router_with(endpoints, DEFAULT_CONFIG_YAML, |_| {})
+        .await
+        .unwrap()
 }
 
 #[tokio::test]

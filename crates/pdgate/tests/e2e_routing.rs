@@ -120,19 +120,14 @@ async fn requests_reach_only_endpoints_serving_their_model_and_models_follow_the
 #[tokio::test]
 async fn unknown_routes_and_methods_get_openai_error_bodies() {
     let a = worker("w", "m", 0).await;
-    let s = Scheduler::from_yaml(DEFAULT_CONFIG_YAML, "default").unwrap();
-    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let eps = vec![pdgate_scheduler::Endpoint::new(
         "w",
         a.addr().to_string(),
         BTreeMap::new(),
     )];
-    let router = serve_on(
-        l,
-        ServeOptions::new(Arc::new(s), EndpointSource::Static(eps)),
-    )
-    .await
-    .unwrap();
+    let router = pdgate::fleet::router_with(eps, DEFAULT_CONFIG_YAML, |_| {})
+        .await
+        .unwrap();
     let url = format!("http://{}", router.addr);
     let client = reqwest::Client::new();
 
@@ -166,19 +161,14 @@ async fn unknown_routes_and_methods_get_openai_error_bodies() {
 async fn a_request_abandoned_before_its_response_head_is_counted_as_499() {
     // The engine waits 2 s before answering; the client gives up after 200 ms.
     let slow = worker("slow", "m", 2000).await;
-    let s = Scheduler::from_yaml(DEFAULT_CONFIG_YAML, "default").unwrap();
-    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let eps = vec![pdgate_scheduler::Endpoint::new(
         "slow",
         slow.addr().to_string(),
         BTreeMap::new(),
     )];
-    let router = serve_on(
-        l,
-        ServeOptions::new(Arc::new(s), EndpointSource::Static(eps)),
-    )
-    .await
-    .unwrap();
+    let router = pdgate::fleet::router_with(eps, DEFAULT_CONFIG_YAML, |_| {})
+        .await
+        .unwrap();
     let url = format!("http://{}", router.addr);
     let r = reqwest::Client::new()
         .post(format!("{url}/v1/completions"))

@@ -9,11 +9,10 @@
 //! - **Limitations:** unlabeled endpoints, and endpoints with an unknown role value, are
 //!   dropped (like `prefill-filter`; only `decode-filter` keeps unlabeled endpoints).
 
-use crate::plugin::{Candidates, Filter};
-use crate::registry::{decode, BuildCtx, Built, NoParams, PluginError, PluginType, Stage};
-use crate::request::RequestCtx;
+use crate::plugins::role_filter;
+use crate::registry::{BuildCtx, Built, PluginError, PluginType, Stage};
+use pdgate_api::Role;
 use serde_yaml_ng::Value;
-use std::sync::Arc;
 
 /// Registry entry.
 pub const TYPE: PluginType = PluginType {
@@ -22,27 +21,19 @@ pub const TYPE: PluginType = PluginType {
     build,
 };
 
-/// The filter.
-#[derive(Debug, Default)]
-pub struct EncodeFilter;
-
-impl Filter for EncodeFilter {
-    fn filter(&self, _ctx: &RequestCtx<'_>, candidates: &mut Candidates<'_>) {
-        candidates.retain(|e| e.endpoint.role.is_some_and(|r| r.can_encode()));
-    }
+/// The rule: which roles this filter keeps (`None` = no role label).
+pub fn keeps(role: Option<Role>) -> bool {
+    role.is_some_and(|r| r.can_encode())
 }
 
 fn build(params: Option<&Value>, _: &mut BuildCtx<'_>) -> Result<Built, PluginError> {
-    decode::<NoParams>(params)?;
-    Ok(Built {
-        filter: Some(Arc::new(EncodeFilter)),
-        ..Built::default()
-    })
+    role_filter::build(params, keeps)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::plugin::{Candidates, Filter};
     use crate::plugins::testutil::{ep, with_ctx};
     use pdgate_api::PromptInput;
 
@@ -59,7 +50,7 @@ mod tests {
         ];
         let mut c: Candidates<'_> = eps.iter().collect();
         with_ctx(&PromptInput::Tokens(vec![]), |ctx| {
-            EncodeFilter.filter(ctx, &mut c)
+            role_filter::RoleFilter::new(keeps).filter(ctx, &mut c)
         });
         let names: Vec<&str> = c.iter().map(|e| e.endpoint.name.as_str()).collect();
         assert_eq!(names, ["e", "ep", "epd"]);

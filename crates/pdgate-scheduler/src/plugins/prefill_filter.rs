@@ -9,11 +9,10 @@
 //! - **Limitations:** endpoints without a role label are dropped (llm-d: prefill must be
 //!   explicit); an unknown role value counts as no role.
 
-use crate::plugin::{Candidates, Filter};
-use crate::registry::{decode, BuildCtx, Built, NoParams, PluginError, PluginType, Stage};
-use crate::request::RequestCtx;
+use crate::plugins::role_filter;
+use crate::registry::{BuildCtx, Built, PluginError, PluginType, Stage};
+use pdgate_api::Role;
 use serde_yaml_ng::Value;
-use std::sync::Arc;
 
 /// Registry entry.
 pub const TYPE: PluginType = PluginType {
@@ -22,27 +21,19 @@ pub const TYPE: PluginType = PluginType {
     build,
 };
 
-/// The filter.
-#[derive(Debug, Default)]
-pub struct PrefillFilter;
-
-impl Filter for PrefillFilter {
-    fn filter(&self, _ctx: &RequestCtx<'_>, candidates: &mut Candidates<'_>) {
-        candidates.retain(|e| e.endpoint.role.is_some_and(|r| r.can_prefill()));
-    }
+/// The rule: which roles this filter keeps (`None` = no role label).
+pub fn keeps(role: Option<Role>) -> bool {
+    role.is_some_and(|r| r.can_prefill())
 }
 
 fn build(params: Option<&Value>, _: &mut BuildCtx<'_>) -> Result<Built, PluginError> {
-    decode::<NoParams>(params)?;
-    Ok(Built {
-        filter: Some(Arc::new(PrefillFilter)),
-        ..Built::default()
-    })
+    role_filter::build(params, keeps)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::plugin::{Candidates, Filter};
     use crate::plugins::testutil::{ep, with_ctx};
     use pdgate_api::PromptInput;
 
@@ -56,7 +47,7 @@ mod tests {
         ];
         let mut c: Candidates<'_> = eps.iter().collect();
         with_ctx(&PromptInput::Tokens(vec![]), |ctx| {
-            PrefillFilter.filter(ctx, &mut c)
+            role_filter::RoleFilter::new(keeps).filter(ctx, &mut c)
         });
         let names: Vec<&str> = c.iter().map(|e| e.endpoint.name.as_str()).collect();
         assert_eq!(names, ["p", "b"]);
