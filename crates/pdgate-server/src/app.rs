@@ -199,12 +199,13 @@ impl AppState {
     /// request is then answered 404. Unknown lists keep the request (fail open).
     pub fn model_may_exist(&self, model: &str) -> bool {
         let snap = self.registry.snapshot();
-        snap.endpoints.is_empty()
-            || snap.endpoints.iter().any(|e| {
-                e.load
-                    .models()
-                    .is_none_or(|m| m.iter().any(|id| id == model))
-            })
+        snap.endpoints.is_empty() || snap.endpoints.iter().any(|e| e.load.serves(model))
+    }
+
+    /// Sum of in-flight bookings over every current endpoint (idle router: 0).
+    pub fn in_flight_total(&self) -> u32 {
+        let snap = self.registry.snapshot();
+        snap.endpoints.iter().map(|e| e.load.in_flight()).sum()
     }
 
     /// The same shared state (scheduler, endpoints, metrics, models) with an upstream

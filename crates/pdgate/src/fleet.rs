@@ -59,14 +59,7 @@ impl LocalFleet {
 
     /// Sum of in-flight bookings over every endpoint of the router.
     pub fn in_flight(&self) -> u32 {
-        self.router
-            .state
-            .registry
-            .snapshot()
-            .endpoints
-            .iter()
-            .map(|e| e.load.in_flight())
-            .sum()
+        self.router.state.in_flight_total()
     }
 }
 

@@ -119,16 +119,7 @@ async fn prefill_leg_body_and_verbatim_handoff_to_decode() {
         assert_eq!(headers["x-request-id"], "req-1");
         assert!(headers.get("x-llm-d-revision-decision-id").is_none());
     }
-    assert_eq!(
-        r.state
-            .registry
-            .snapshot()
-            .endpoints
-            .iter()
-            .map(|e| e.load.in_flight())
-            .sum::<u32>(),
-        0
-    );
+    assert_eq!(r.state.in_flight_total(), 0);
 }
 
 fn prefill_reply_params() -> Value {
@@ -180,16 +171,7 @@ async fn simulator_refuses_kv_from_another_revision_and_the_client_sees_why() {
     assert_eq!(status, 409, "{body}");
     let msg = body["error"]["message"].as_str().unwrap();
     assert!(msg.contains("rev-a") && msg.contains("rev-b"), "{msg}");
-    assert_eq!(
-        r.state
-            .registry
-            .snapshot()
-            .endpoints
-            .iter()
-            .map(|e| e.load.in_flight())
-            .sum::<u32>(),
-        0
-    );
+    assert_eq!(r.state.in_flight_total(), 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -186,13 +186,7 @@ async fn a_request_abandoned_before_its_response_head_is_counted_as_499() {
             .get()
     };
     wait_until(|| abandoned() == 1).await;
-    let in_flight: u32 = state
-        .registry
-        .snapshot()
-        .endpoints
-        .iter()
-        .map(|e| e.load.in_flight())
-        .sum();
+    let in_flight: u32 = state.in_flight_total();
     assert_eq!(in_flight, 0);
 }
 
