@@ -21,6 +21,9 @@ pub const WORKER_INSTANCE_ID: &str = "x-worker-instance-id";
 pub const PREFILL_INSTANCE_ID: &str = "x-prefill-instance-id";
 /// Stateful session affinity key.
 pub const SESSION_ID: &str = "x-session-id";
+/// Session-affinity token (llm-d `session-affinity-scorer`): base64 of the endpoint that
+/// served, stamped on the response and echoed back by the client on its next request.
+pub const SESSION_TOKEN: &str = "x-session-token";
 
 /// Served-by headers on the client response: the endpoint (`name`) that ran each phase.
 /// In aggregated mode both name the same endpoint.

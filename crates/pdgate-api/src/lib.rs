@@ -10,6 +10,7 @@ pub mod kv;
 pub mod labels;
 pub mod openai;
 pub mod phase;
+pub mod prefer;
 pub mod role;
 
 pub use error::{ErrorBody, ErrorDetail};

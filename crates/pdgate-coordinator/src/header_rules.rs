@@ -29,7 +29,9 @@ fn is_hop_by_hop(name: &HeaderName) -> bool {
 }
 
 /// Headers to send upstream on every leg: the client's headers minus hop-by-hop, router-owned
-/// (internal) headers, and client copies of forwarded response headers; plus `x-request-id`.
+/// (internal) headers, client copies of forwarded response headers, and `Prefer` (a router
+/// consumes it; the coordinator sets it on its conditional-decode probe only); plus
+/// `x-request-id`.
 pub fn upstream_request_headers(client: &HeaderMap, request_id: &HeaderValue) -> HeaderMap {
     let mut out = HeaderMap::with_capacity(client.len() + 1);
     for (name, value) in client {
@@ -38,6 +40,7 @@ pub fn upstream_request_headers(client: &HeaderMap, request_id: &HeaderValue) ->
             || headers::is_internal(n)
             || DEFAULT_FORWARD_RESPONSE_HEADERS.contains(&n)
             || n == headers::REQUEST_ID
+            || n == headers::PREFER
         {
             continue;
         }

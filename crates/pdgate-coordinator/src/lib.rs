@@ -11,4 +11,4 @@ pub mod phase_body;
 pub mod pipeline;
 
 pub use dispatch::{DispatchError, Dispatcher, PhaseRequest, PhaseResponse, Target};
-pub use pipeline::{run, Outcome, PipelineError, Plan};
+pub use pipeline::{run, Outcome, PipelineError, Plan, Probe, Trace};

@@ -1,19 +1,59 @@
-//! Runs one request's phases in order: prefill leg (when split) then decode leg, or one
-//! aggregated leg (design.md §2 steps 2–5, §5.2).
+//! Runs one request's steps in order (design.md §2 steps 2–5, §4, §5.2):
+//! `conditional-decode` (optional) → `prefill` → `decode`, or one aggregated leg.
 
 use crate::dispatch::{DispatchError, Dispatcher, PhaseRequest, PhaseResponse, Target};
 use crate::phase_body;
 use bytes::Bytes;
-use http::HeaderMap;
-use pdgate_api::{InferenceRequest, Phase};
+use http::{HeaderMap, HeaderValue};
+use pdgate_api::{headers, prefer, InferenceRequest, Phase};
 
-/// The endpoints chosen for a request.
+/// Where a request's legs go.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Plan {
-    /// Prefill endpoint when the request is split; `None` runs one aggregated leg.
+    /// Prefill target when the request is split; `None` runs one aggregated leg.
     pub prefill: Option<Target>,
-    /// Decode endpoint (or the aggregated one).
+    /// Decode target (or the aggregated one).
     pub decode: Target,
+    /// The targets are per-role routers, not engines: every leg names its phase profile in
+    /// `x-llm-d-epp-profile` (`prefill` / `decode`).
+    pub routed: bool,
+    /// Run the `conditional-decode` step first: the decode leg is sent with
+    /// `Prefer: if-available`; a 412 goes on with prefill then decode, any other answer is
+    /// the request's. Only with a prefill target, `n == 1`.
+    pub conditional: bool,
+}
+
+/// Result of the `conditional-decode` step (`pdgate_conditional_decode_probes_total`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Probe {
+    /// The decode side answered 2xx itself: no prefill leg.
+    Served,
+    /// 412: the decode side lacks the prefix; prefill then decode follow.
+    Deferred,
+    /// Transport failure or a status other than 2xx / 412, passed to the client.
+    Error,
+}
+
+impl Probe {
+    /// Metric label: `served`, `deferred`, `error`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Probe::Served => "served",
+            Probe::Deferred => "deferred",
+            Probe::Error => "error",
+        }
+    }
+}
+
+/// What happened along the way, besides the outcome.
+#[derive(Debug, Default)]
+pub struct Trace {
+    /// The `conditional-decode` step's result, when it ran.
+    pub probe: Option<Probe>,
+    /// Headers of the 2xx prefill response, when a prefill leg ran.
+    pub prefill_headers: Option<HeaderMap>,
+    /// Headers of the probe's 412, when deferred.
+    pub probe_headers: Option<HeaderMap>,
 }
 
 /// How a request ended, when some upstream answered.
@@ -47,20 +87,34 @@ pub enum PipelineError {
     },
 }
 
-/// Runs `plan` for `req`.
+/// Runs `plan` for `req`, recording the probe and prefill headers in `trace`.
 ///
-/// `raw` is the client body as received: an aggregated leg sends it unchanged (no
-/// re-serialization). `headers` are the upstream headers from
-/// [`crate::header_rules::upstream_request_headers`], sent on every leg.
-/// `n > 1` requests never relay a handoff (single consumer): they run aggregated on the
-/// decode endpoint (design.md §5.2).
+/// `raw` is the client body as received: an aggregated leg (and the conditional-decode
+/// probe) sends it unchanged (no re-serialization). `headers` are the upstream headers from
+/// [`crate::header_rules::upstream_request_headers`], sent on every leg; with
+/// `plan.routed` each leg adds its `x-llm-d-epp-profile`, and the probe adds
+/// `Prefer: if-available`. `n > 1` requests never relay a handoff (single consumer): they
+/// run aggregated on the decode target (design.md §5.2).
 pub async fn run<D: Dispatcher>(
     dispatcher: &D,
     plan: &Plan,
     req: &InferenceRequest,
     raw: &Bytes,
     headers: &HeaderMap,
+    trace: &mut Trace,
 ) -> Result<Outcome<D::Body>, PipelineError> {
+    let leg_headers = |phase: Phase| {
+        let mut h = headers.clone();
+        if plan.routed {
+            let profile = match phase {
+                Phase::Prefill => "prefill",
+                Phase::Encode => "encode",
+                Phase::Decode | Phase::Aggregated => "decode",
+            };
+            h.insert(headers::EPP_PROFILE, HeaderValue::from_static(profile));
+        }
+        h
+    };
     let prefill = match &plan.prefill {
         Some(p) if req.n == 1 => p,
         _ => {
@@ -68,18 +122,49 @@ pub async fn run<D: Dispatcher>(
                 phase: Phase::Aggregated,
                 target: plan.decode.clone(),
                 api: req.kind,
-                headers: headers.clone(),
+                headers: leg_headers(Phase::Aggregated),
                 body: raw.clone(),
             };
             return dispatch(dispatcher, leg).await.map(Outcome::Final);
         }
     };
 
+    if plan.conditional {
+        let mut h = leg_headers(Phase::Decode);
+        h.insert(
+            headers::PREFER,
+            HeaderValue::from_static(prefer::IF_AVAILABLE),
+        );
+        let leg = PhaseRequest {
+            phase: Phase::Decode,
+            target: plan.decode.clone(),
+            api: req.kind,
+            headers: h,
+            body: raw.clone(),
+        };
+        let resp = match dispatch(dispatcher, leg).await {
+            Ok(r) => r,
+            Err(e) => {
+                trace.probe = Some(Probe::Error);
+                return Err(e);
+            }
+        };
+        if resp.status != 412 {
+            let ok = (200..300).contains(&resp.status);
+            trace.probe = Some(if ok { Probe::Served } else { Probe::Error });
+            return Ok(Outcome::Final(resp));
+        }
+        trace.probe = Some(Probe::Deferred);
+        // The 412's body is an error message; read it so the connection can be reused.
+        let _ = dispatcher.collect(&plan.decode.name, resp.body).await;
+        trace.probe_headers = Some(resp.headers);
+    }
+
     let leg = PhaseRequest {
         phase: Phase::Prefill,
         target: prefill.clone(),
         api: req.kind,
-        headers: headers.clone(),
+        headers: leg_headers(Phase::Prefill),
         body: to_bytes(phase_body::prefill_body(req)),
     };
     let resp = dispatch(dispatcher, leg).await?;
@@ -97,6 +182,7 @@ pub async fn run<D: Dispatcher>(
             body,
         }));
     }
+    trace.prefill_headers = Some(resp.headers);
     let kv = phase_body::kv_params_from_prefill(&body).map_err(|reason| {
         PipelineError::BadPrefillResponse {
             endpoint: prefill.name.clone(),
@@ -107,7 +193,7 @@ pub async fn run<D: Dispatcher>(
         phase: Phase::Decode,
         target: plan.decode.clone(),
         api: req.kind,
-        headers: headers.clone(),
+        headers: leg_headers(Phase::Decode),
         body: to_bytes(phase_body::decode_body(req, kv)),
     };
     dispatch(dispatcher, leg).await.map(Outcome::Final)
@@ -138,14 +224,26 @@ mod tests {
     struct Fake {
         legs: Mutex<Vec<PhaseRequest>>,
         prefill_status: u16,
+        /// Status of a leg carrying `Prefer: if-available`.
+        probe_status: u16,
+    }
+
+    fn scripted(prefill_status: u16, probe_status: u16) -> Fake {
+        Fake {
+            legs: Mutex::new(vec![]),
+            prefill_status,
+            probe_status,
+        }
     }
 
     impl Dispatcher for Fake {
         type Body = Bytes;
         async fn dispatch(&self, req: PhaseRequest) -> Result<PhaseResponse<Bytes>, DispatchError> {
             let phase = req.phase;
+            let probe = req.headers.contains_key(headers::PREFER);
             self.legs.lock().unwrap().push(req);
             let (status, body): (u16, &'static [u8]) = match phase {
+                _ if probe => (self.probe_status, b"probe"),
                 Phase::Prefill => (
                     self.prefill_status,
                     br#"{"kv_transfer_params":{"remote_engine_id":"p0","remote_block_ids":[1]}}"#,
@@ -160,6 +258,15 @@ mod tests {
         }
         async fn collect(&self, _: &str, body: Bytes) -> Result<Bytes, DispatchError> {
             Ok(body)
+        }
+    }
+
+    fn plan(prefill: Option<&str>, routed: bool, conditional: bool) -> Plan {
+        Plan {
+            prefill: prefill.map(target),
+            decode: target("d0"),
+            routed,
+            conditional,
         }
     }
 
@@ -181,27 +288,32 @@ mod tests {
         )
     }
 
-    #[tokio::test]
-    async fn split_plan_sends_prefill_then_decode_with_the_handoff() {
-        let fake = Fake {
-            legs: Mutex::new(vec![]),
-            prefill_status: 200,
-        };
-        let plan = Plan {
-            prefill: Some(target("p0")),
-            decode: target("d0"),
-        };
-        let (req, raw) = request(1);
-        let out = run(&fake, &plan, &req, &raw, &HeaderMap::new())
+    /// Runs `plan` for a request with `n` choices through `fake`.
+    async fn go(fake: &Fake, plan: &Plan, n: u32) -> (Outcome<Bytes>, Trace, Bytes) {
+        let (req, raw) = request(n);
+        let mut trace = Trace::default();
+        let out = run(fake, plan, &req, &raw, &HeaderMap::new(), &mut trace)
             .await
             .unwrap();
+        (out, trace, raw)
+    }
+
+    #[tokio::test]
+    async fn split_plan_sends_prefill_then_decode_with_the_handoff() {
+        let fake = scripted(200, 200);
+        let (out, trace, _) = go(&fake, &plan(Some("p0"), false, false), 1).await;
         assert!(matches!(out, Outcome::Final(r) if r.body == "decoded"));
+        assert_eq!(trace.probe, None);
         let legs = fake.legs.lock().unwrap();
         assert_eq!(
             legs.iter()
                 .map(|l| (l.phase, l.target.name.as_str()))
                 .collect::<Vec<_>>(),
             [(Phase::Prefill, "p0"), (Phase::Decode, "d0")]
+        );
+        assert!(
+            legs.iter().all(|l| l.headers.is_empty()),
+            "no profile header"
         );
         let decode: serde_json::Value = serde_json::from_slice(&legs[1].body).unwrap();
         assert_eq!(decode["kv_transfer_params"]["remote_engine_id"], "p0");
@@ -210,34 +322,121 @@ mod tests {
 
     #[tokio::test]
     async fn failed_prefill_sends_no_decode_and_n_above_one_runs_aggregated() {
-        let fake = Fake {
-            legs: Mutex::new(vec![]),
-            prefill_status: 409,
-        };
-        let plan = Plan {
-            prefill: Some(target("p0")),
-            decode: target("d0"),
-        };
+        let fake = scripted(409, 200);
         let (req, raw) = request(1);
-        let out = run(&fake, &plan, &req, &raw, &HeaderMap::new())
-            .await
-            .unwrap();
+        let p = plan(Some("p0"), false, false);
+        let out = run(
+            &fake,
+            &p,
+            &req,
+            &raw,
+            &HeaderMap::new(),
+            &mut Trace::default(),
+        )
+        .await
+        .unwrap();
         assert!(matches!(out, Outcome::PrefillRejected(r) if r.status == 409));
         assert_eq!(fake.legs.lock().unwrap().len(), 1);
 
-        let fake = Fake {
-            legs: Mutex::new(vec![]),
-            prefill_status: 200,
-        };
+        let fake = scripted(200, 200);
         let (req, raw) = request(2);
-        run(&fake, &plan, &req, &raw, &HeaderMap::new())
-            .await
-            .unwrap();
+        let p = plan(Some("p0"), true, true);
+        run(
+            &fake,
+            &p,
+            &req,
+            &raw,
+            &HeaderMap::new(),
+            &mut Trace::default(),
+        )
+        .await
+        .unwrap();
         let legs = fake.legs.lock().unwrap();
-        assert_eq!(legs.len(), 1);
+        assert_eq!(legs.len(), 1, "n > 1: no probe, no prefill");
         assert_eq!(
             (legs[0].phase, legs[0].body.clone()),
             (Phase::Aggregated, raw)
+        );
+    }
+
+    fn leg_view(l: &PhaseRequest) -> (Phase, String, Option<String>, bool) {
+        let h = |n: &str| l.headers.get(n).map(|v| v.to_str().unwrap().to_string());
+        (
+            l.phase,
+            l.target.name.clone(),
+            h(headers::EPP_PROFILE),
+            h(headers::PREFER).as_deref() == Some("if-available"),
+        )
+    }
+
+    #[tokio::test]
+    async fn conditional_decode_412_goes_on_with_prefill_then_decode() {
+        let fake = scripted(200, 412);
+        let (out, trace, raw) = go(&fake, &plan(Some("prefill-router"), true, true), 1).await;
+        assert!(matches!(out, Outcome::Final(r) if r.body == "decoded"));
+        assert_eq!(trace.probe, Some(Probe::Deferred));
+        assert!(trace.probe_headers.is_some() && trace.prefill_headers.is_some());
+        let legs = fake.legs.lock().unwrap();
+        let s = |x: &str| Some(x.to_string());
+        assert_eq!(
+            legs.iter().map(leg_view).collect::<Vec<_>>(),
+            [
+                (Phase::Decode, "d0".into(), s("decode"), true),
+                (Phase::Prefill, "prefill-router".into(), s("prefill"), false),
+                (Phase::Decode, "d0".into(), s("decode"), false),
+            ]
+        );
+        assert_eq!(
+            legs[0].body, raw,
+            "the probe carries the client body unchanged"
+        );
+    }
+
+    #[tokio::test]
+    async fn conditional_decode_other_answers_end_the_pipeline() {
+        for (status, probe) in [
+            (200, Probe::Served),
+            (503, Probe::Error),
+            (400, Probe::Error),
+        ] {
+            let fake = scripted(200, status);
+            let (req, raw) = request(1);
+            let mut trace = Trace::default();
+            let p = plan(Some("p0"), true, true);
+            let out = run(&fake, &p, &req, &raw, &HeaderMap::new(), &mut trace)
+                .await
+                .unwrap();
+            assert!(matches!(out, Outcome::Final(r) if r.status == status && r.body == "probe"));
+            assert_eq!(trace.probe, Some(probe));
+            assert_eq!(
+                fake.legs.lock().unwrap().len(),
+                1,
+                "{status}: no prefill leg"
+            );
+        }
+        // Not conditional, or no prefill target: no probe at all.
+        let fake = scripted(200, 412);
+        let (req, raw) = request(1);
+        let mut trace = Trace::default();
+        run(
+            &fake,
+            &plan(None, true, true),
+            &req,
+            &raw,
+            &HeaderMap::new(),
+            &mut trace,
+        )
+        .await
+        .unwrap();
+        assert_eq!(trace.probe, None);
+        assert_eq!(
+            fake.legs
+                .lock()
+                .unwrap()
+                .iter()
+                .map(leg_view)
+                .collect::<Vec<_>>(),
+            [(Phase::Aggregated, "d0".into(), Some("decode".into()), false)]
         );
     }
 }

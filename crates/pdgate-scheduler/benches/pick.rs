@@ -65,23 +65,18 @@ fn bench_pick(c: &mut Criterion) {
         // Warm the prefix index: many prompts sharing a 16k-token prefix, spread over the fleet.
         for v in 0..(4 * n as u32) {
             let p = prompt(v, 16_384);
-            let req = SchedulingRequest {
-                request_id: "warm",
-                model: "m",
-                prompt: &p,
-                profile: None,
-            };
-            drop(scheduler.schedule(&req, &snapshot).expect("warm-up pick"));
+            let req = SchedulingRequest::new("warm", "m", &p);
+            let r = scheduler.schedule(&req, &snapshot).expect("warm-up pick");
+            // The engines answer: the producer records the blocks where they now live.
+            scheduler.response_received(&r.decode, 200);
+            if let Some(prefill) = &r.prefill {
+                scheduler.response_received(prefill, 200);
+            }
         }
         let p = prompt(1_000_000, 16_384);
         group.bench_with_input(BenchmarkId::from_parameter(n), &n, |b, _| {
             b.iter(|| {
-                let req = SchedulingRequest {
-                    request_id: "r",
-                    model: "m",
-                    prompt: &p,
-                    profile: None,
-                };
+                let req = SchedulingRequest::new("r", "m", &p);
                 // Dropping the result releases the in-flight bookings, as a finished request does.
                 drop(black_box(
                     scheduler.schedule(&req, &snapshot).expect("pick"),

@@ -1,4 +1,5 @@
-//! Errors: [`ConfigError`] at load time, [`Rejection`] at schedule time.
+//! Errors: [`ConfigError`] (and the full list, [`ConfigErrors`]) at load time, [`Rejection`]
+//! at schedule time.
 
 use std::fmt;
 
@@ -41,6 +42,43 @@ impl fmt::Display for ConfigError {
     }
 }
 
+/// Every problem found in an `EndpointPickerConfig`, in file order (errors without a line
+/// last); never empty. See [`crate::config::load_all`] and [`crate::config::check`].
+///
+/// Display: one [`ConfigError`] per line, no trailing newline.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigErrors(pub Vec<ConfigError>);
+
+impl ConfigErrors {
+    /// The first error (what [`crate::Scheduler::from_yaml`] reports).
+    pub fn into_first(self) -> ConfigError {
+        self.0
+            .into_iter()
+            .next()
+            .expect("ConfigErrors is never empty")
+    }
+}
+
+impl From<ConfigError> for ConfigErrors {
+    fn from(e: ConfigError) -> Self {
+        ConfigErrors(vec![e])
+    }
+}
+
+impl fmt::Display for ConfigErrors {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, e) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str("\n")?;
+            }
+            write!(f, "{e}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for ConfigErrors {}
+
 /// Why a request got no endpoint. The server maps variants to statuses (design.md §5.5).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Rejection {
@@ -62,4 +100,19 @@ pub enum Rejection {
     /// A header named a profile the config does not define → 400.
     #[error("unknown scheduling profile `{0}`")]
     UnknownProfile(String),
+    /// A screener left no candidate or refused the request (no covered revision, pinned
+    /// endpoint not Ready, …) → 503 with the reason.
+    #[error("{reason}")]
+    Screened {
+        /// Why, naming the screener's cause.
+        reason: String,
+    },
+    /// A conditional-decode probe (`Prefer: if-available`) whose decode endpoint lacks the
+    /// prefix, or whose prefix data is unreadable → 412; the coordinator goes on with
+    /// prefill then decode (design.md §4).
+    #[error("conditional decode deferred: {reason}")]
+    DecodeDeferred {
+        /// Why the decode endpoint will not serve it alone.
+        reason: String,
+    },
 }

@@ -10,6 +10,7 @@
 
 #![warn(missing_docs)]
 
+mod booking;
 pub mod config;
 mod endpoint;
 pub mod error;
@@ -21,9 +22,13 @@ pub mod registry;
 pub mod request;
 mod scheduler;
 
+pub use booking::Booking;
 pub use endpoint::{Endpoint, EndpointLoad, EndpointState, InFlightGuard, Snapshot};
 pub use error::{ConfigError, Rejection};
-pub use request::{Pick, RequestCtx, SchedulingRequest, SchedulingResult};
+pub use plugin::Decision;
+pub use request::{
+    Pick, Rejected, RequestCtx, RequestHeaders, RequestState, SchedulingRequest, SchedulingResult,
+};
 pub use scheduler::Scheduler;
 
 /// The built-in P/D configuration used when `serve` has no `--config`.

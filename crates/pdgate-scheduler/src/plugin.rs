@@ -5,11 +5,23 @@
 
 use crate::endpoint::EndpointState;
 use crate::error::Rejection;
-use crate::request::{Pick, RequestCtx, SchedulingResult};
+use crate::request::{Pick, RequestCtx, RequestState, SchedulingResult};
+use pdgate_api::Phase;
 use std::sync::Arc;
 
 /// Candidate endpoints of one profile run (schedulable endpoints of the snapshot, in order).
 pub type Candidates<'s> = Vec<&'s Arc<EndpointState>>;
+
+/// Narrows the candidate set once per request, before any profile runs (revision gating,
+/// pins). Screeners run in config order, so their results intersect (design.md §1).
+pub trait Screener: Send + Sync {
+    /// Keeps the candidates this request may use; order of the kept ones is preserved.
+    ///
+    /// Errors: a reason the request cannot be served at all (e.g. "no covered revision");
+    /// the scheduler answers [`Rejection::Screened`] (503) with it. An emptied set without an
+    /// error is a 503 too, with a generic reason naming the screener.
+    fn screen(&self, ctx: &RequestCtx<'_>, candidates: &mut Candidates<'_>) -> Result<(), String>;
+}
 
 /// Removes endpoints that must not serve the request in this profile.
 pub trait Filter: Send + Sync {
@@ -29,10 +41,25 @@ pub trait Picker: Send + Sync {
     fn pick(&self, candidates: &[&Arc<EndpointState>], scores: &[f64]) -> Option<usize>;
 }
 
-/// Decides whether a phase is split out of the decode endpoint (e.g. prefill).
+/// A decider's answer for one request and decode endpoint.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    /// Run the split-out phase (prefill) on its own endpoint; for a conditional-decode probe,
+    /// the decode endpoint must not serve it (412).
+    Split,
+    /// The decode endpoint runs the whole request.
+    Keep,
+    /// The decider's data (e.g. prefix match) is unreadable. A split decision fails open
+    /// (treated as `Keep`); a conditional-decode probe fails closed (412). design.md §4.
+    Unknown(String),
+}
+
+/// Decides whether a phase is split out of the decode endpoint (prefill; llm-d PD deciders).
+/// The same answer serves conditional decode: `Split` means "the decode endpoint lacks the
+/// prefix", so a probe sent with `Prefer: if-available` is answered 412.
 pub trait Decider: Send + Sync {
-    /// True to run the split-out phase on its own endpoint; `decode` is the decode pick.
-    fn should_split(&self, ctx: &RequestCtx<'_>, decode: &EndpointState) -> bool;
+    /// The decision for the request in `ctx` given the decode pick `decode`.
+    fn decide(&self, ctx: &RequestCtx<'_>, decode: &EndpointState) -> Decision;
 }
 
 /// Runs named profiles for a profile handler; each run books the picked endpoint.
@@ -63,6 +90,13 @@ pub trait ProfileHandler: Send + Sync {
     fn selects_by_header(&self) -> bool {
         false
     }
+
+    /// For a conditional-decode probe (`Prefer: if-available`) picked on `decode`: whether
+    /// the decode endpoint may serve it. `Keep` serves; `Split` and `Unknown` answer 412.
+    /// Default `Keep`: a handler without a decider never answers 412 (design.md §4).
+    fn conditional_decode(&self, _ctx: &RequestCtx<'_>, _decode: &EndpointState) -> Decision {
+        Decision::Keep
+    }
 }
 
 /// Sees the scheduling result before the request is sent (llm-d `PreRequest`); used by
@@ -70,4 +104,53 @@ pub trait ProfileHandler: Send + Sync {
 pub trait PreRequest: Send + Sync {
     /// Called once per successful `schedule`.
     fn pre_request(&self, ctx: &RequestCtx<'_>, result: &SchedulingResult);
+}
+
+/// What a response-time hook sees: the phase that answered and the request's state.
+pub struct ResponseCtx<'a> {
+    /// The endpoint that answered.
+    pub endpoint: &'a EndpointState,
+    /// The phase it ran.
+    pub phase: Phase,
+    /// HTTP status of its response head.
+    pub status: u16,
+    /// Per-request state kept from scheduling (block hashes, plugin values).
+    pub state: &'a RequestState,
+}
+
+/// Called when a phase's response head arrives from its endpoint (llm-d ResponseHeader /
+/// ResponseReceived): stamps headers on that phase response (e.g. the served revision) and
+/// lets producers learn what the engine now holds.
+pub trait ResponseHeader: Send + Sync {
+    /// Appends `(name, value)` pairs (lowercase names) to stamp on the phase response.
+    fn response_header(&self, ctx: &ResponseCtx<'_>, out: &mut Vec<(String, String)>);
+}
+
+/// Opt-in hook for rejections produced after screening (e.g. the 412 of a conditional-decode
+/// miss): only plugins that implement it are called, so that they can stamp headers on the
+/// rejection (design.md §5.1). Plugins that do not implement it see nothing.
+pub trait RequestRejected: Send + Sync {
+    /// Appends `(name, value)` pairs (lowercase names) to the rejection's response.
+    fn request_rejected(
+        &self,
+        ctx: &RequestCtx<'_>,
+        rejection: &Rejection,
+        out: &mut Vec<(String, String)>,
+    );
+}
+
+/// What an abandonment hook sees.
+pub struct AbandonedCtx<'a> {
+    /// The endpoint the request was booked on.
+    pub endpoint: &'a EndpointState,
+    /// Per-request state kept from scheduling.
+    pub state: &'a RequestState,
+}
+
+/// Called when a request booked on an endpoint ends without completing (client disconnect,
+/// upstream error or non-2xx, dropped before its response ended), so that plugins undo their
+/// own bookkeeping. Fired by the [`crate::Booking`] guard, once per booked phase.
+pub trait RequestAbandoned: Send + Sync {
+    /// Undoes what the plugin recorded for this request on `ctx.endpoint`.
+    fn request_abandoned(&self, ctx: &AbandonedCtx<'_>);
 }

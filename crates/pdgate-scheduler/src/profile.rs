@@ -1,6 +1,6 @@
 //! A scheduling profile: filters → weighted scorers → one picker (design.md §4).
 
-use crate::endpoint::{EndpointState, Snapshot};
+use crate::endpoint::EndpointState;
 use crate::error::Rejection;
 use crate::plugin::{Candidates, Filter, Picker, Scorer};
 use crate::request::RequestCtx;
@@ -19,36 +19,20 @@ pub struct Profile {
 }
 
 impl Profile {
-    /// Picks one endpoint of `snapshot`.
+    /// Picks one endpoint of `base` (the request's screened candidates: schedulable,
+    /// serving the model).
     ///
-    /// Candidates are the schedulable endpoints that serve the request's model (an endpoint
-    /// whose model list is unknown counts as serving it); filters run in order and stop when nothing is
-    /// left; each scorer's output is clamped to [0, 1] (NaN → 0), multiplied by its weight and
-    /// summed; the picker chooses from the sums.
+    /// Filters run in order and stop when nothing is left; each scorer's output is clamped
+    /// to [0, 1] (NaN → 0), multiplied by its weight and summed; the picker chooses from the
+    /// sums.
     ///
-    /// Errors: [`Rejection::NoEndpoints`] when no endpoint is schedulable;
-    /// [`Rejection::NoEndpointForModel`] when none of those serves the model;
-    /// [`Rejection::Saturated`] when the filters leave nothing.
+    /// Errors: [`Rejection::Saturated`] when the filters leave nothing.
     pub fn run<'s>(
         &self,
         ctx: &RequestCtx<'_>,
-        snapshot: &'s Snapshot,
+        base: &[&'s Arc<EndpointState>],
     ) -> Result<&'s Arc<EndpointState>, Rejection> {
-        let mut candidates: Candidates<'s> = snapshot
-            .endpoints
-            .iter()
-            .filter(|e| e.endpoint.schedulable())
-            .collect();
-        if candidates.is_empty() {
-            return Err(Rejection::NoEndpoints);
-        }
-        let model = ctx.model();
-        candidates.retain(|e| e.load.serves(model));
-        if candidates.is_empty() {
-            return Err(Rejection::NoEndpointForModel {
-                model: model.to_string(),
-            });
-        }
+        let mut candidates: Candidates<'s> = base.to_vec();
         let saturated = || Rejection::Saturated {
             profile: self.name.clone(),
         };

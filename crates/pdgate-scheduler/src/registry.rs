@@ -4,7 +4,10 @@
 //! mean all defaults) and returns a [`Built`] plugin holding the extension points it
 //! implements plus its effective parameters (defaults filled in) for `effective_config_yaml`.
 
-use crate::plugin::{Decider, Filter, Picker, PreRequest, ProfileHandler, Scorer};
+use crate::plugin::{
+    Decider, Filter, Picker, PreRequest, ProfileHandler, RequestAbandoned, RequestRejected,
+    ResponseHeader, Scorer, Screener,
+};
 use crate::plugins;
 use crate::prefix::PrefixIndex;
 use serde::de::DeserializeOwned;
@@ -23,9 +26,12 @@ pub enum Stage {
     Handler,
 }
 
-/// A built plugin: the extension points it implements.
+/// A built plugin: the extension points it implements. The framework finds each point by
+/// its field; a plugin fills only the ones it implements.
 #[derive(Default)]
 pub struct Built {
+    /// Screener extension point (runs once per request, before any profile).
+    pub screener: Option<Arc<dyn Screener>>,
     /// Filter extension point.
     pub filter: Option<Arc<dyn Filter>>,
     /// Scorer extension point.
@@ -38,6 +44,12 @@ pub struct Built {
     pub handler: Option<Arc<dyn ProfileHandler>>,
     /// PreRequest hook.
     pub pre_request: Option<Arc<dyn PreRequest>>,
+    /// ResponseHeader hook.
+    pub response_header: Option<Arc<dyn ResponseHeader>>,
+    /// Opt-in RequestRejected hook.
+    pub request_rejected: Option<Arc<dyn RequestRejected>>,
+    /// RequestAbandoned hook.
+    pub request_abandoned: Option<Arc<dyn RequestAbandoned>>,
     /// Prefix index, for producers.
     pub index: Option<Arc<PrefixIndex>>,
     /// Effective parameters (`Value::Null` for plugins without parameters).
@@ -152,6 +164,7 @@ pub static PLUGIN_TYPES: &[PluginType] = &[
     plugins::single_profile_handler::TYPE,
     plugins::disagg_profile_handler::TYPE,
     plugins::header_profile_handler::TYPE,
+    plugins::session_affinity_scorer::TYPE,
 ];
 
 /// Looks a plugin type up by name.

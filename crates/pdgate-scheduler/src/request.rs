@@ -1,13 +1,40 @@
 //! The request the scheduler sees, the per-request context plugins read, and the result.
 
-use crate::endpoint::{EndpointState, InFlightGuard};
+use crate::booking::Booking;
+use crate::endpoint::EndpointState;
+use crate::error::Rejection;
 use crate::prefix::PrefixIndex;
 use pdgate_api::{Phase, PromptInput};
-use std::cell::{OnceCell, RefCell};
-use std::sync::Arc;
+use std::any::Any;
+use std::cell::RefCell;
+use std::fmt;
+use std::sync::{Arc, OnceLock};
+
+/// Read access to the request's headers, so that plugins (screeners, session affinity) can
+/// read routing hints without the scheduler depending on an HTTP stack. Names are lowercase.
+pub trait RequestHeaders: Sync {
+    /// The first value of header `name`, if present and valid UTF-8.
+    fn header(&self, name: &str) -> Option<&str>;
+}
+
+/// No headers (tests, benchmarks, callers without any).
+impl RequestHeaders for () {
+    fn header(&self, _: &str) -> Option<&str> {
+        None
+    }
+}
+
+/// `(name, value)` pairs; names compared case-insensitively.
+impl<const N: usize> RequestHeaders for [(&str, &str); N] {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| *v)
+    }
+}
 
 /// What the server passes to [`crate::Scheduler::schedule`].
-#[derive(Debug, Clone, Copy)]
+#[derive(Clone, Copy)]
 pub struct SchedulingRequest<'a> {
     /// `x-request-id`, for logs.
     pub request_id: &'a str,
@@ -17,6 +44,36 @@ pub struct SchedulingRequest<'a> {
     pub prompt: &'a PromptInput,
     /// Profile selected by the `x-llm-d-epp-profile` header; `None` lets the handler decide.
     pub profile: Option<&'a str>,
+    /// A conditional-decode probe (`Prefer: if-available`, design.md §4): serve only if the
+    /// decode endpoint holds enough of the prefix, else [`Rejection::DecodeDeferred`] (412).
+    pub conditional: bool,
+    /// The request's headers, for plugins that read hints from them.
+    pub headers: &'a dyn RequestHeaders,
+}
+
+impl<'a> SchedulingRequest<'a> {
+    /// A request with no profile header, not conditional, without headers.
+    pub fn new(request_id: &'a str, model: &'a str, prompt: &'a PromptInput) -> Self {
+        SchedulingRequest {
+            request_id,
+            model,
+            prompt,
+            profile: None,
+            conditional: false,
+            headers: &(),
+        }
+    }
+}
+
+impl fmt::Debug for SchedulingRequest<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SchedulingRequest")
+            .field("request_id", &self.request_id)
+            .field("model", &self.model)
+            .field("profile", &self.profile)
+            .field("conditional", &self.conditional)
+            .finish_non_exhaustive()
+    }
 }
 
 /// One chosen endpoint for one phase, with its in-flight booking.
@@ -28,8 +85,9 @@ pub struct Pick {
     pub phase: Phase,
     /// The scheduling profile that picked it.
     pub profile: String,
-    /// Booked at pick time; drop it when the phase's response ends.
-    pub guard: InFlightGuard,
+    /// Booked at pick time; complete it when the phase's 2xx response ends, drop it when
+    /// the phase ends either way.
+    pub guard: Booking,
     /// Prefix index estimate of the prompt tokens cached on this endpoint (tokens;
     /// matched blocks × block size, at most the prompt's token estimate; 0 without a producer).
     pub cached_tokens: usize,
@@ -45,13 +103,77 @@ pub struct SchedulingResult {
     pub decode: Pick,
 }
 
-/// Per-request state shared by all plugins during one `schedule` call.
+/// A rejection with the headers `RequestRejected` hooks stamped on it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rejected {
+    /// Why.
+    pub reason: Rejection,
+    /// `(name, value)` pairs to send with the rejection (lowercase names).
+    pub headers: Vec<(String, String)>,
+}
+
+impl From<Rejection> for Rejected {
+    fn from(reason: Rejection) -> Self {
+        Rejected {
+            reason,
+            headers: Vec::new(),
+        }
+    }
+}
+
+impl fmt::Display for Rejected {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.reason.fmt(f)
+    }
+}
+
+impl std::error::Error for Rejected {}
+
+/// State of one request that outlives `schedule`: the prompt's block hashes per prefix
+/// producer and values plugins keep between hooks (e.g. a screener's draw). Shared by the
+/// request's [`Booking`]s; read by `ResponseHeader` and `RequestAbandoned` hooks.
+pub struct RequestState {
+    hashes: Vec<OnceLock<Vec<u64>>>,
+    values: parking_lot::Mutex<Vec<(&'static str, Box<dyn Any + Send + Sync>)>>,
+}
+
+impl RequestState {
+    fn new(producers: usize) -> Self {
+        RequestState {
+            hashes: (0..producers).map(|_| OnceLock::new()).collect(),
+            values: parking_lot::Mutex::new(Vec::new()),
+        }
+    }
+
+    /// The prompt's block hashes under producer `slot`, if they were computed.
+    pub fn block_hashes(&self, slot: usize) -> Option<&[u64]> {
+        self.hashes.get(slot)?.get().map(Vec::as_slice)
+    }
+
+    /// Stores `value` under `key` (a plugin's name or type), replacing an earlier one.
+    pub fn set<T: Any + Send + Sync>(&self, key: &'static str, value: T) {
+        let mut v = self.values.lock();
+        v.retain(|(k, _)| *k != key);
+        v.push((key, Box::new(value)));
+    }
+
+    /// A clone of the value under `key`, if one of type `T` was stored.
+    pub fn get<T: Any + Clone>(&self, key: &'static str) -> Option<T> {
+        let v = self.values.lock();
+        v.iter()
+            .find(|(k, _)| *k == key)
+            .and_then(|(_, b)| b.downcast_ref::<T>().cloned())
+    }
+}
+
+/// Per-request context shared by all plugins during one `schedule` call.
 ///
-/// Block hashes are computed at most once per prefix producer (lazily, on first use).
+/// Block hashes are computed at most once per prefix producer (lazily, on first use) and
+/// kept in the [`RequestState`].
 pub struct RequestCtx<'a> {
     /// The request.
     pub req: &'a SchedulingRequest<'a>,
-    hashes: Vec<OnceCell<Vec<u64>>>,
+    state: Arc<RequestState>,
     /// Memo of prefix matches: (producer slot, endpoint address, matched blocks).
     matches: RefCell<Vec<(usize, usize, usize)>>,
 }
@@ -66,9 +188,14 @@ impl<'a> RequestCtx<'a> {
     pub fn new(req: &'a SchedulingRequest<'a>, producers: usize) -> Self {
         RequestCtx {
             req,
-            hashes: (0..producers).map(|_| OnceCell::new()).collect(),
+            state: Arc::new(RequestState::new(producers)),
             matches: RefCell::default(),
         }
+    }
+
+    /// The request's state (shared with its bookings).
+    pub fn state(&self) -> &Arc<RequestState> {
+        &self.state
     }
 
     /// Prompt length in tokens: the token count, or bytes / 4 for text (llm-d's estimate of
@@ -83,7 +210,7 @@ impl<'a> RequestCtx<'a> {
     /// The chained block hashes of the prompt under `index`'s block size and cap.
     pub fn block_hashes(&self, index: &PrefixIndex) -> &[u64] {
         let hasher = index.hasher();
-        match self.hashes.get(index.slot()) {
+        match self.state.hashes.get(index.slot()) {
             Some(cell) => cell.get_or_init(|| hasher.hash(self.req.model, self.req.prompt)),
             None => &[],
         }

@@ -1,21 +1,23 @@
-//! [`Scheduler`]: the loaded config and the per-request entry point.
+//! [`Scheduler`]: the loaded config and the per-request entry points.
 
-use crate::config::{self, Loaded};
-use crate::endpoint::{InFlightGuard, Snapshot};
+use crate::booking::Booking;
+use crate::config::{self, Hooks, Loaded};
+use crate::endpoint::Snapshot;
 use crate::error::{ConfigError, Rejection};
-use crate::plugin::{PreRequest, ProfileHandler, ProfileRunner};
+use crate::plugin::{Candidates, Decision, ProfileHandler, ProfileRunner, ResponseCtx};
 use crate::prefix::PrefixIndex;
 use crate::profile::Profile;
-use crate::request::{Pick, RequestCtx, SchedulingRequest, SchedulingResult};
+use crate::registry::PluginType;
+use crate::request::{Pick, Rejected, RequestCtx, SchedulingRequest, SchedulingResult};
 use pdgate_api::Phase;
 use std::sync::Arc;
 
-/// The endpoint picker: profiles, profile handler, producers. `Send + Sync`; share it as
-/// `Arc<Scheduler>`. Mutable state (prefix index, round-robin counters) is internal.
+/// The endpoint picker: screeners, profiles, profile handler, hooks. `Send + Sync`; share it
+/// as `Arc<Scheduler>`. Mutable state (prefix index, round-robin counters) is internal.
 pub struct Scheduler {
     profiles: Vec<Profile>,
     handler: Arc<dyn ProfileHandler>,
-    pre_requests: Vec<Arc<dyn PreRequest>>,
+    hooks: Hooks,
     indexes: Vec<Arc<PrefixIndex>>,
     effective_yaml: String,
 }
@@ -27,17 +29,30 @@ impl Scheduler {
     /// Errors: [`ConfigError`] naming the file, line, plugin and field (unknown plugin type,
     /// unknown or mistyped parameter, bad `pluginRef`, missing handler, …).
     pub fn from_yaml(yaml: &str, source: &str) -> Result<Scheduler, ConfigError> {
+        Self::from_yaml_with_plugins(yaml, source, &[])
+    }
+
+    /// [`Self::from_yaml`] with extra plugin types registered by the embedding program
+    /// (llm-d lets out-of-tree plugins register the same way); they are looked up before the
+    /// built-in types, so an extra type may also replace a built-in one.
+    ///
+    /// Errors: as [`Self::from_yaml`].
+    pub fn from_yaml_with_plugins(
+        yaml: &str,
+        source: &str,
+        extra: &[PluginType],
+    ) -> Result<Scheduler, ConfigError> {
         let Loaded {
             profiles,
             handler,
-            pre_requests,
+            hooks,
             indexes,
             effective_yaml,
-        } = config::load(yaml, source)?;
+        } = config::load(yaml, source, extra)?;
         Ok(Scheduler {
             profiles,
             handler,
-            pre_requests,
+            hooks,
             indexes,
             effective_yaml,
         })
@@ -54,37 +69,86 @@ impl Scheduler {
         self.profiles.iter().map(|p| p.name.as_str())
     }
 
-    /// Schedules one request over `snapshot`.
+    /// Schedules one request over `snapshot` (design.md §2 step 3).
     ///
-    /// With `req.profile` set (header-selected), runs only that profile; the pick's phase is
-    /// `Prefill`/`Decode`/`Encode` for profiles of those names, else `Aggregated`. Otherwise —
-    /// or always, when the handler selects by header (`header-profile-handler`) — the profile
-    /// handler decides. Every pick is booked (in-flight +1) at pick time; the
-    /// producers then record the picks in their prefix indexes.
+    /// Candidates are the schedulable endpoints serving the model, narrowed once by the
+    /// screeners in config order. With `req.profile` set (header-selected), runs only that
+    /// profile; the pick's phase is `Prefill`/`Decode`/`Encode` for profiles of those names,
+    /// else `Aggregated`. Otherwise — or always, when the handler selects by header
+    /// (`header-profile-handler`) — the profile handler decides. A conditional-decode probe
+    /// (`req.conditional`) is served by its decode pick only when the handler's decider keeps
+    /// it there. Every pick is booked (in-flight +1) at pick time; PreRequest hooks then see
+    /// the result.
     ///
-    /// Errors: [`Rejection::NoEndpoints`] (no schedulable endpoint), [`Rejection::Saturated`]
-    /// (a profile's filters left nothing), [`Rejection::UnknownProfile`] (header profile).
+    /// Errors ([`Rejected`]): [`Rejection::NoEndpoints`], [`Rejection::NoEndpointForModel`],
+    /// [`Rejection::Screened`] (503); [`Rejection::Saturated`] (429);
+    /// [`Rejection::UnknownProfile`] (400); [`Rejection::DecodeDeferred`] (412). A rejection
+    /// produced after screening carries the headers of the `RequestRejected` hooks.
     pub fn schedule(
         &self,
         req: &SchedulingRequest<'_>,
         snapshot: &Snapshot,
-    ) -> Result<SchedulingResult, Rejection> {
+    ) -> Result<SchedulingResult, Rejected> {
         let ctx = RequestCtx::new(req, self.indexes.len());
-        let runner = Runner {
-            sched: self,
-            snapshot,
-        };
+        let mut base: Candidates<'_> = snapshot
+            .endpoints
+            .iter()
+            .filter(|e| e.endpoint.schedulable())
+            .collect();
+        if base.is_empty() {
+            return Err(Rejection::NoEndpoints.into());
+        }
+        base.retain(|e| e.load.serves(req.model));
+        if base.is_empty() {
+            return Err(Rejection::NoEndpointForModel {
+                model: req.model.to_string(),
+            }
+            .into());
+        }
+        for (name, screener) in &self.hooks.screeners {
+            if let Err(reason) = screener.screen(&ctx, &mut base) {
+                return Err(Rejection::Screened { reason }.into());
+            }
+            if base.is_empty() {
+                let reason = format!("screener `{name}` left no endpoint");
+                return Err(Rejection::Screened { reason }.into());
+            }
+        }
+        self.schedule_screened(&ctx, &base).map_err(|reason| {
+            let mut headers = Vec::new();
+            for hook in &self.hooks.rejected {
+                hook.request_rejected(&ctx, &reason, &mut headers);
+            }
+            Rejected { reason, headers }
+        })
+    }
+
+    fn schedule_screened(
+        &self,
+        ctx: &RequestCtx<'_>,
+        base: &[&Arc<crate::EndpointState>],
+    ) -> Result<SchedulingResult, Rejection> {
+        let runner = Runner { sched: self, base };
+        let req = ctx.req;
         let mut result = match req.profile {
             Some(name) if !self.handler.selects_by_header() => {
-                let mut pick = runner.run(&ctx, name)?;
+                let mut pick = runner.run(ctx, name)?;
                 pick.phase = phase_of_profile(name);
+                if req.conditional && matches!(pick.phase, Phase::Decode | Phase::Aggregated) {
+                    let decision = self.handler.conditional_decode(ctx, &pick.endpoint);
+                    conditional_verdict(decision, &pick.endpoint.endpoint.name)?;
+                }
                 SchedulingResult {
                     prefill: None,
                     decode: pick,
                 }
             }
-            _ => self.handler.handle(&ctx, &runner)?,
+            _ => self.handler.handle(ctx, &runner)?,
         };
+        // Hash the prompt for every producer now: response hooks record these blocks later.
+        for index in &self.indexes {
+            ctx.block_hashes(index);
+        }
         if let Some(index) = self.indexes.first() {
             let prompt = ctx.prompt_tokens();
             let cached = |p: &mut Pick| {
@@ -94,10 +158,45 @@ impl Scheduler {
             cached(&mut result.decode);
             result.prefill.as_mut().map(cached);
         }
-        for hook in &self.pre_requests {
-            hook.pre_request(&ctx, &result);
+        for hook in &self.hooks.pre_requests {
+            hook.pre_request(ctx, &result);
         }
         Ok(result)
+    }
+
+    /// Runs the `ResponseHeader` hooks for `pick`'s phase response head (`status`), and
+    /// returns the `(name, value)` headers they stamp on that response (lowercase names).
+    /// Call it once per phase response, before the coordinator captures headers.
+    pub fn response_received(&self, pick: &Pick, status: u16) -> Vec<(String, String)> {
+        let mut out = Vec::new();
+        let ctx = ResponseCtx {
+            endpoint: &pick.endpoint,
+            phase: pick.phase,
+            status,
+            state: pick.guard.state(),
+        };
+        for hook in &self.hooks.response_headers {
+            hook.response_header(&ctx, &mut out);
+        }
+        out
+    }
+}
+
+/// The one rule mapping a decider's answer on a conditional-decode probe to serve or 412
+/// (design.md §4): `Keep` serves; `Split` defers; `Unknown` defers (fail closed).
+///
+/// Errors: [`Rejection::DecodeDeferred`] naming the decode endpoint and the cause.
+pub(crate) fn conditional_verdict(decision: Decision, endpoint: &str) -> Result<(), Rejection> {
+    match decision {
+        Decision::Keep => Ok(()),
+        Decision::Split => Err(Rejection::DecodeDeferred {
+            reason: format!(
+                "decode endpoint `{endpoint}` does not hold enough of the prompt's prefix"
+            ),
+        }),
+        Decision::Unknown(why) => Err(Rejection::DecodeDeferred {
+            reason: format!("prefix data for decode endpoint `{endpoint}` is unreadable: {why}"),
+        }),
     }
 }
 
@@ -113,7 +212,7 @@ pub(crate) fn phase_of_profile(name: &str) -> Phase {
 
 struct Runner<'a> {
     sched: &'a Scheduler,
-    snapshot: &'a Snapshot,
+    base: &'a [&'a Arc<crate::EndpointState>],
 }
 
 impl ProfileRunner for Runner<'_> {
@@ -128,9 +227,13 @@ impl ProfileRunner for Runner<'_> {
             .iter()
             .find(|p| p.name == name)
             .ok_or_else(|| Rejection::UnknownProfile(name.to_string()))?;
-        let endpoint = profile.run(ctx, self.snapshot)?;
+        let endpoint = profile.run(ctx, self.base)?;
         Ok(Pick {
-            guard: InFlightGuard::book(&endpoint.load),
+            guard: Booking::new(
+                endpoint,
+                ctx.state().clone(),
+                self.sched.hooks.abandoned.clone(),
+            ),
             endpoint: endpoint.clone(),
             phase: Phase::Aggregated,
             profile: profile.name.clone(),

@@ -11,10 +11,8 @@ use std::collections::HashMap;
 
 fn req<'a>(prompt: &'a PromptInput, profile: Option<&'a str>) -> SchedulingRequest<'a> {
     SchedulingRequest {
-        request_id: "r1",
-        model: "m",
-        prompt,
         profile,
+        ..SchedulingRequest::new("r1", "m", prompt)
     }
 }
 
@@ -77,8 +75,23 @@ fn disagg_splits_then_serves_cached_prompt_aggregated() {
     );
     assert_eq!((pre.cached_tokens, first.decode.cached_tokens), (0, 0));
     assert_eq!((eps[0].load.in_flight(), eps[1].load.in_flight()), (1, 1));
+    // Nothing is recorded until an endpoint answers: the same prompt still splits.
+    let again = s.schedule(&req(&prompt, None), &snap).unwrap();
+    assert_eq!(again.decode.cached_tokens, 0);
+    assert!(again.prefill.is_some());
+    drop(again);
+    // A 4xx answer records nothing either.
+    s.response_received(&first.decode, 409);
+    assert!(s
+        .schedule(&req(&prompt, None), &snap)
+        .unwrap()
+        .prefill
+        .is_some());
+    // Both phases answer 200: the producer records the prompt on p1 and d1.
+    s.response_received(pre, 200);
+    s.response_received(&first.decode, 200);
     drop(first);
-    // The producer recorded the prompt on d1: 0 uncached tokens < 16 → aggregated on d1.
+    // 0 uncached tokens on d1 < 16 → aggregated on d1.
     let second = s.schedule(&req(&prompt, None), &snap).unwrap();
     assert!(second.prefill.is_none());
     assert_eq!(
@@ -122,7 +135,8 @@ fn rejections() {
     let only_prefill = [ep("p1", Some("prefill"))];
     assert_eq!(
         s.schedule(&req(&prompt, None), &snapshot(&only_prefill))
-            .unwrap_err(),
+            .unwrap_err()
+            .reason,
         Rejection::Saturated {
             profile: "decode".into()
         }
@@ -136,13 +150,15 @@ fn rejections() {
     });
     assert_eq!(
         s.schedule(&req(&prompt, None), &snapshot(&[down]))
-            .unwrap_err(),
+            .unwrap_err()
+            .reason,
         Rejection::NoEndpoints
     );
     let eps = [ep("p1", Some("prefill")), ep("d1", Some("decode"))];
     assert_eq!(
         s.schedule(&req(&prompt, Some("encode")), &snapshot(&eps))
-            .unwrap_err(),
+            .unwrap_err()
+            .reason,
         Rejection::UnknownProfile("encode".into())
     );
     assert_eq!(
@@ -297,7 +313,10 @@ fn only_endpoints_serving_the_model_are_candidates() {
     eps[2].load.set_models(vec!["other".into()]);
     eps[0].load.set_models(vec!["other".into()]);
     match s.schedule(&req(&prompt, None), &snap) {
-        Err(e @ Rejection::NoEndpointForModel { .. }) => {
+        Err(pdgate_scheduler::Rejected {
+            reason: e @ Rejection::NoEndpointForModel { .. },
+            ..
+        }) => {
             assert_eq!(e.to_string(), "no schedulable endpoint serves model `m`")
         }
         other => panic!(

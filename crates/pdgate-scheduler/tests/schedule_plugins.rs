@@ -12,10 +12,8 @@ use std::sync::Arc;
 
 fn req<'a>(prompt: &'a PromptInput, profile: Option<&'a str>) -> SchedulingRequest<'a> {
     SchedulingRequest {
-        request_id: "r1",
-        model: "m",
-        prompt,
         profile,
+        ..SchedulingRequest::new("r1", "m", prompt)
     }
 }
 
@@ -57,7 +55,9 @@ fn header_profile_handler_runs_the_named_profile_or_the_default() {
         ("d".into(), Phase::Decode, "decode".into())
     );
     assert_eq!(
-        s.schedule(&req(&prompt, Some("nope")), &snap).unwrap_err(),
+        s.schedule(&req(&prompt, Some("nope")), &snap)
+            .unwrap_err()
+            .reason,
         Rejection::UnknownProfile("nope".into())
     );
     assert_eq!(eps.iter().map(|e| e.load.in_flight()).sum::<u32>(), 0);
@@ -81,7 +81,8 @@ fn header_profile_handler_with_one_profile_ignores_the_header() {
     assert_eq!(
         plain
             .schedule(&req(&prompt, Some("prefill")), &snapshot(&eps))
-            .unwrap_err(),
+            .unwrap_err()
+            .reason,
         Rejection::UnknownProfile("prefill".into())
     );
 }

@@ -35,6 +35,37 @@ pub struct ServeOptions {
     pub scrape_interval: Duration,
     /// Upstream response-head timeout.
     pub upstream_timeout: Duration,
+    /// Per-role routers to coordinate instead of scheduling locally (layout (b)).
+    pub routers: Option<PhaseRouters>,
+}
+
+/// The per-role routers a coordinator dispatches phases to over HTTP, each selecting its
+/// profile from `x-llm-d-epp-profile` (design.md §2, "one router per role").
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PhaseRouters {
+    /// Router of the prefill phase.
+    pub prefill: pdgate_coordinator::Target,
+    /// Router of the decode phase.
+    pub decode: pdgate_coordinator::Target,
+    /// Send the decode leg first with `Prefer: if-available` (conditional decode).
+    pub conditional_decode: bool,
+}
+
+impl PhaseRouters {
+    /// Routers at `prefill` and `decode` (`host:port`), named `prefill-router` and
+    /// `decode-router` in errors and metrics.
+    pub fn new(prefill: &str, decode: &str, conditional_decode: bool) -> Self {
+        let t = |name: &str, address: &str| pdgate_coordinator::Target {
+            name: name.into(),
+            address: address.into(),
+            revision: None,
+        };
+        PhaseRouters {
+            prefill: t("prefill-router", prefill),
+            decode: t("decode-router", decode),
+            conditional_decode,
+        }
+    }
 }
 
 impl ServeOptions {
@@ -46,6 +77,7 @@ impl ServeOptions {
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
             scrape_interval: Duration::from_millis(DEFAULT_SCRAPE_INTERVAL_MS),
             upstream_timeout: Duration::from_secs(DEFAULT_UPSTREAM_TIMEOUT_SECS),
+            routers: None,
         }
     }
 }
@@ -62,6 +94,8 @@ pub struct AppState {
     pub metrics: Arc<Metrics>,
     /// Request body limit, bytes.
     pub max_body_bytes: usize,
+    /// Per-role routers, when this server coordinates them instead of scheduling.
+    pub routers: Option<PhaseRouters>,
 }
 
 /// A running server; stops its tasks when dropped.
@@ -180,6 +214,7 @@ pub async fn start_state(
         upstream,
         metrics,
         max_body_bytes: opts.max_body_bytes,
+        routers: opts.routers,
     });
     Ok((state, tasks))
 }
@@ -218,6 +253,7 @@ impl AppState {
             upstream: self.upstream.fresh_pool(),
             metrics: self.metrics.clone(),
             max_body_bytes: self.max_body_bytes,
+            routers: self.routers.clone(),
         }
     }
 }

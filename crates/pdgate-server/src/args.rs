@@ -1,7 +1,7 @@
 //! `pdgate serve` flags. Defaults come from the constants in [`crate::app`].
 
 use crate::app::{
-    start_state, ServeOptions, DEFAULT_MAX_BODY_BYTES, DEFAULT_SCRAPE_INTERVAL_MS,
+    start_state, PhaseRouters, ServeOptions, DEFAULT_MAX_BODY_BYTES, DEFAULT_SCRAPE_INTERVAL_MS,
     DEFAULT_UPSTREAM_TIMEOUT_SECS,
 };
 use crate::discovery::{parse_endpoint_flag, EndpointSource};
@@ -45,6 +45,17 @@ pub struct ServeArgs {
     /// Server threads, each with its own runtime and listener (default: one per core).
     #[arg(long)]
     pub threads: Option<usize>,
+    /// Coordinate per-role routers instead of scheduling: the prefill router's `HOST:PORT`
+    /// (another `pdgate serve`, or any gateway + EPP reading `x-llm-d-epp-profile`).
+    #[arg(long, requires = "decode_router")]
+    pub prefill_router: Option<String>,
+    /// The decode router's `HOST:PORT` (with `--prefill-router`).
+    #[arg(long, requires = "prefill_router")]
+    pub decode_router: Option<String>,
+    /// With per-role routers: send the decode leg first with `Prefer: if-available`; on its
+    /// 412 run prefill then decode (conditional decode, design.md §4).
+    #[arg(long, requires = "decode_router")]
+    pub conditional_decode: bool,
 }
 
 /// Loads the scheduler config named by `path`, or the built-in default.
@@ -80,7 +91,11 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
                 .map(|f| parse_endpoint_flag(f))
                 .collect::<Result<_, _>>()?,
         ),
-        None => anyhow::bail!("no endpoints: pass --endpoints FILE or --endpoint ADDR"),
+        None if args.decode_router.is_some() => EndpointSource::Static(Vec::new()),
+        None => anyhow::bail!(
+            "no endpoints: pass --endpoints FILE or --endpoint ADDR \
+             (or --prefill-router and --decode-router to coordinate routers)"
+        ),
     };
     let addr = tokio::net::lookup_host((args.host.as_str(), args.port))
         .await
@@ -91,6 +106,9 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     opts.max_body_bytes = args.max_body_bytes;
     opts.scrape_interval = Duration::from_millis(args.scrape_interval_ms);
     opts.upstream_timeout = Duration::from_secs(args.upstream_timeout_secs);
+    if let (Some(p), Some(d)) = (&args.prefill_router, &args.decode_router) {
+        opts.routers = Some(PhaseRouters::new(p, d, args.conditional_decode));
+    }
     let (state, _tasks) = start_state(opts).await?;
     let threads = args
         .threads

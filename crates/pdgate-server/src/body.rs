@@ -2,15 +2,16 @@
 //! the request's bookings tied to its lifetime.
 //!
 //! Dropping the body (end of stream, error, or client disconnect — hyper drops it when the
-//! connection goes) drops the [`InFlightGuard`]s it holds, so in-flight counts fall in every
-//! case. A transport failure after streaming began ends an SSE stream with a
+//! connection goes) drops the [`Booking`]s it holds, so in-flight counts fall in every
+//! case; the bookings are marked complete only when the upstream body ended cleanly, so an
+//! abandoned stream fires the scheduler's `RequestAbandoned` hooks. A transport failure after streaming began ends an SSE stream with a
 //! `data: {"error":…}` event (design.md §5.5) and is counted; a non-SSE body is aborted.
 
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use hyper::body::Incoming;
 use pdgate_api::ErrorBody;
-use pdgate_scheduler::InFlightGuard;
+use pdgate_scheduler::Booking;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
@@ -24,7 +25,7 @@ pub struct GuardedBody {
     endpoint: String,
     finished: bool,
     on_stream_error: Option<prometheus::IntCounter>,
-    _guards: Vec<InFlightGuard>,
+    bookings: Vec<Booking>,
 }
 
 impl GuardedBody {
@@ -33,7 +34,7 @@ impl GuardedBody {
         inner: Incoming,
         sse: bool,
         endpoint: String,
-        guards: Vec<InFlightGuard>,
+        bookings: Vec<Booking>,
         on_stream_error: Option<prometheus::IntCounter>,
     ) -> Self {
         GuardedBody {
@@ -42,7 +43,15 @@ impl GuardedBody {
             endpoint,
             finished: false,
             on_stream_error,
-            _guards: guards,
+            bookings,
+        }
+    }
+
+    /// The upstream body ended cleanly: the request completed on its endpoints.
+    fn complete(&mut self) {
+        self.finished = true;
+        for b in &mut self.bookings {
+            b.complete();
         }
     }
 }
@@ -75,10 +84,17 @@ impl Body for GuardedBody {
                 }
             }
             Poll::Ready(None) => {
-                self.finished = true;
+                self.complete();
                 Poll::Ready(None)
             }
-            other => other.map(|f| f.map(|r| r.map_err(|e| Box::new(e) as BoxError))),
+            Poll::Ready(Some(Ok(frame))) => {
+                // hyper may stop polling once the body reports its end (Content-Length).
+                if self.inner.is_end_stream() {
+                    self.complete();
+                }
+                Poll::Ready(Some(Ok(frame)))
+            }
+            Poll::Pending => Poll::Pending,
         }
     }
 

@@ -4,7 +4,7 @@ use axum::response::{IntoResponse, Response};
 use http::{HeaderValue, StatusCode};
 use pdgate_api::{headers, ErrorBody, RequestError};
 use pdgate_coordinator::{DispatchError, PipelineError};
-use pdgate_scheduler::Rejection;
+use pdgate_scheduler::{Rejected, Rejection};
 
 /// Every way a request can fail inside the router.
 #[derive(Debug, thiserror::Error)]
@@ -48,9 +48,9 @@ pub enum ApiError {
     /// The body could not be read from the client (400).
     #[error("request body could not be read: {0}")]
     BodyRead(String),
-    /// The scheduler rejected the request.
+    /// The scheduler rejected the request (with the headers its hooks stamped).
     #[error(transparent)]
-    Rejected(#[from] Rejection),
+    Rejected(#[from] Rejected),
     /// A phase leg failed without an upstream response.
     #[error(transparent)]
     Pipeline(#[from] PipelineError),
@@ -78,12 +78,13 @@ impl ApiError {
             ApiError::ModelNotFound(_) | ApiError::NoRoute { .. } => StatusCode::NOT_FOUND,
             ApiError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
-            ApiError::Rejected(r) => match r {
-                Rejection::NoEndpoints | Rejection::NoEndpointForModel { .. } => {
-                    StatusCode::SERVICE_UNAVAILABLE
-                }
+            ApiError::Rejected(r) => match r.reason {
+                Rejection::NoEndpoints
+                | Rejection::NoEndpointForModel { .. }
+                | Rejection::Screened { .. } => StatusCode::SERVICE_UNAVAILABLE,
                 Rejection::Saturated { .. } => StatusCode::TOO_MANY_REQUESTS,
                 Rejection::UnknownProfile(_) => StatusCode::BAD_REQUEST,
+                Rejection::DecodeDeferred { .. } => StatusCode::PRECONDITION_FAILED,
             },
             ApiError::Pipeline(PipelineError::Dispatch {
                 source: DispatchError::Timeout { .. },
@@ -117,10 +118,22 @@ impl IntoResponse for ApiError {
             resp.headers_mut()
                 .insert(http::header::CONNECTION, HeaderValue::from_static("close"));
         }
-        if let ApiError::Rejected(r @ Rejection::Saturated { .. }) = &self {
-            if let Ok(v) = HeaderValue::from_str(&r.to_string()) {
-                resp.headers_mut()
-                    .insert(headers::REQUEST_DROPPED_REASON, v);
+        if let ApiError::Rejected(r) = &self {
+            if let Rejection::Saturated { .. } = r.reason {
+                if let Ok(v) = HeaderValue::from_str(&r.reason.to_string()) {
+                    resp.headers_mut()
+                        .insert(headers::REQUEST_DROPPED_REASON, v);
+                }
+            }
+            // Headers stamped by `RequestRejected` hooks (e.g. the revision chosen for a
+            // conditional-decode miss, design.md §5.1).
+            for (name, value) in &r.headers {
+                if let (Ok(n), Ok(v)) = (
+                    http::HeaderName::from_bytes(name.as_bytes()),
+                    HeaderValue::from_str(value),
+                ) {
+                    resp.headers_mut().append(n, v);
+                }
             }
         }
         resp

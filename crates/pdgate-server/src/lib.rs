@@ -8,6 +8,7 @@ pub mod args;
 pub mod body;
 pub mod discovery;
 pub mod errors;
+pub mod forward;
 pub mod metrics;
 pub mod proxy;
 pub mod scrape;

@@ -1,15 +1,16 @@
-//! The inference handlers: ingress → scheduling → pipeline → response (design.md §2).
+//! The inference handlers: ingress → scheduling (or, as a coordinator of per-role routers,
+//! a plan naming them) → [`crate::forward`] (design.md §2).
 
 use crate::app::AppState;
-use crate::body::GuardedBody;
 use crate::errors::ApiError;
+use crate::forward;
 use axum::body::Body;
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, StatusCode};
-use pdgate_api::{headers, ApiKind, InferenceRequest, Phase};
-use pdgate_coordinator::{header_rules, Outcome, PhaseResponse, Plan, Target};
-use pdgate_scheduler::{Pick, Rejection, SchedulingRequest, SchedulingResult};
+use pdgate_api::{headers, prefer, ApiKind, InferenceRequest};
+use pdgate_coordinator::{header_rules, Plan};
+use pdgate_scheduler::{Rejection, RequestHeaders, SchedulingRequest};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -86,15 +87,6 @@ async fn read_body(body: Body, limit: usize, headers: &HeaderMap) -> Result<Byte
     })
 }
 
-fn target(p: &Pick) -> Target {
-    let ep = &p.endpoint.endpoint;
-    Target {
-        name: ep.name.clone(),
-        address: ep.address.clone(),
-        revision: ep.revision().map(str::to_string),
-    }
-}
-
 /// The scheduling profile a per-role router must run, from `x-llm-d-epp-profile` (or the
 /// legacy `EPP-Profile`); `None` lets the profile handler decide (design.md §5.3).
 ///
@@ -126,6 +118,15 @@ fn request_id(client: &HeaderMap) -> HeaderValue {
         })
 }
 
+/// Request headers as the scheduler's plugins read them.
+struct Headers<'a>(&'a HeaderMap);
+
+impl RequestHeaders for Headers<'_> {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.0.get(name).and_then(|v| v.to_str().ok())
+    }
+}
+
 async fn run(
     state: &AppState,
     api: ApiKind,
@@ -135,195 +136,72 @@ async fn run(
 ) -> Result<Response, ApiError> {
     let raw = read_body(body, state.max_body_bytes, &client_headers).await?;
     let req = InferenceRequest::parse(api, &raw)?;
+    let upstream_headers = header_rules::upstream_request_headers(&client_headers, rid);
+    if let Some(routers) = &state.routers {
+        // Coordinator of per-role routers: they schedule; the plan names them.
+        let plan = Plan {
+            prefill: Some(routers.prefill.clone()),
+            decode: routers.decode.clone(),
+            routed: true,
+            conditional: routers.conditional_decode,
+        };
+        return Ok(forward::forward(state, &req, &raw, &upstream_headers, &plan, None, rid).await);
+    }
     if !state.model_may_exist(&req.model) {
         return Err(ApiError::ModelNotFound(req.model));
     }
-    let rid = rid.clone();
     let profile = profile_header(&client_headers)?;
+    let conditional = prefer::prefers(
+        client_headers
+            .get_all(headers::PREFER)
+            .iter()
+            .filter_map(|v| v.to_str().ok()),
+        prefer::IF_AVAILABLE,
+    );
     let snapshot = state.registry.snapshot();
     let started = Instant::now();
     let result = state
         .scheduler
         .schedule(
             &SchedulingRequest {
-                request_id: rid.to_str().unwrap_or_default(),
-                model: &req.model,
-                prompt: &req.prompt,
                 profile,
+                conditional,
+                headers: &Headers(&client_headers),
+                ..SchedulingRequest::new(rid.to_str().unwrap_or_default(), &req.model, &req.prompt)
             },
             &snapshot,
         )
-        .map_err(|e| match e {
+        .map_err(|e| match e.reason {
             Rejection::UnknownProfile(_) => ApiError::InvalidHeader {
                 header: headers::EPP_PROFILE,
-                reason: e.to_string(),
+                reason: e.reason.to_string(),
             },
-            other => ApiError::Rejected(other),
+            _ => ApiError::Rejected(e),
         })?;
     state
         .metrics
         .scheduling
         .observe(started.elapsed().as_secs_f64());
-
     let split = result.prefill.is_some() && req.n == 1;
-    let plan = Plan {
-        prefill: result.prefill.as_ref().filter(|_| split).map(target),
-        decode: target(&result.decode),
-    };
     state.metrics.count_pd_decision(split);
-    let upstream_headers = header_rules::upstream_request_headers(&client_headers, &rid);
-    // From here on every answer names the endpoints of the plan, errors included.
-    let mut resp = match forward(state, &req, &raw, &upstream_headers, &plan, result).await {
-        Ok(r) => r,
-        Err(e) => {
-            tracing::debug!(error = %e, "request failed");
-            e.into_response()
-        }
+    let plan = Plan {
+        prefill: result
+            .prefill
+            .as_ref()
+            .filter(|_| split)
+            .map(forward::target),
+        decode: forward::target(&result.decode),
+        routed: false,
+        conditional: false,
     };
-    stamp_served_by(resp.headers_mut(), &plan, &rid);
-    Ok(resp)
-}
-
-/// Runs the pipeline for a scheduled request and builds the client response.
-async fn forward(
-    state: &AppState,
-    req: &InferenceRequest,
-    raw: &Bytes,
-    upstream_headers: &HeaderMap,
-    plan: &Plan,
-    result: SchedulingResult,
-) -> Result<Response, ApiError> {
-    let split = plan.prefill.is_some();
-    let leg_started = Instant::now();
-    let outcome = pdgate_coordinator::run(&state.upstream, plan, req, raw, upstream_headers).await;
-    // The prefill leg is over either way: release its booking now, not at end of stream.
-    drop(result.prefill);
-    let decode_phase = if split {
-        Phase::Decode
-    } else {
-        Phase::Aggregated
-    };
-    let outcome = outcome.inspect_err(|e| {
-        let phase = match e {
-            pdgate_coordinator::PipelineError::Dispatch { phase, .. } => phase.as_str(),
-            _ => "prefill",
-        };
-        state.metrics.count_phase(phase, "error");
-    })?;
-    let resp = match outcome {
-        Outcome::PrefillRejected(r) => {
-            state
-                .metrics
-                .count_phase("prefill", &status_label(r.status));
-            let prefill = plan
-                .prefill
-                .as_ref()
-                .map(|t| t.name.clone())
-                .unwrap_or_default();
-            return passthrough_error("prefill", prefill, r);
-        }
-        Outcome::Final(r) => r,
-    };
-    if split {
-        state.metrics.count_phase("prefill", "200");
-    }
-    state
-        .metrics
-        .count_phase(decode_phase.as_str(), &status_label(resp.status));
-    state
-        .metrics
-        .observe_upstream(decode_phase.as_str(), leg_started.elapsed().as_secs_f64());
-
-    if resp.status >= 500 {
-        let body =
-            pdgate_coordinator::Dispatcher::collect(&state.upstream, &plan.decode.name, resp.body)
-                .await
-                .unwrap_or_default();
-        return passthrough_error(
-            decode_phase.as_str(),
-            plan.decode.name.clone(),
-            PhaseResponse {
-                status: resp.status,
-                headers: resp.headers,
-                body,
-            },
-        );
-    }
-
-    let out_headers = header_rules::client_response_headers(&resp.headers);
-    let sse = resp
-        .headers
-        .get(http::header::CONTENT_TYPE)
-        .is_some_and(|v| v.as_bytes().starts_with(b"text/event-stream"));
-    let guards = vec![result.decode.guard];
-    let body = GuardedBody::new(
-        resp.body,
-        sse,
-        plan.decode.name.clone(),
-        guards,
-        Some(state.metrics.stream_errors.clone()),
-    );
-    let mut response = Response::new(Body::new(body));
-    *response.status_mut() = StatusCode::from_u16(resp.status).unwrap_or(StatusCode::BAD_GATEWAY);
-    *response.headers_mut() = out_headers;
-    Ok(response)
-}
-
-/// Metric label of an upstream status, without allocating for the common 200.
-fn status_label(status: u16) -> std::borrow::Cow<'static, str> {
-    match status {
-        200 => "200".into(),
-        other => other.to_string().into(),
-    }
-}
-
-/// Served-by headers (design.md §5.3): which endpoint ran each phase. In aggregated mode
-/// both name the decode endpoint, which ran prefill itself.
-fn stamp_served_by(h: &mut HeaderMap, plan: &Plan, rid: &HeaderValue) {
-    let prefill = plan.prefill.as_ref().unwrap_or(&plan.decode);
-    let put = |h: &mut HeaderMap, k: &'static str, v: &str| {
-        if let Ok(v) = HeaderValue::from_str(v) {
-            h.insert(k, v);
-        }
-    };
-    put(h, headers::SERVED_PREFILL_ENDPOINT, &prefill.name);
-    put(h, headers::SERVED_DECODE_ENDPOINT, &plan.decode.name);
-    if let Some(r) = &prefill.revision {
-        put(h, headers::SERVED_PREFILL_REVISION, r);
-    }
-    if let Some(r) = &plan.decode.revision {
-        put(h, headers::SERVED_DECODE_REVISION, r);
-    }
-    let mode = if plan.prefill.is_some() {
-        "split"
-    } else {
-        "aggregated"
-    };
-    h.insert(headers::SERVED_MODE, HeaderValue::from_static(mode));
-    h.insert(headers::REQUEST_ID, rid.clone());
-}
-
-/// An upstream's non-2xx answer: 4xx passes through as is (status and body), 5xx becomes 502
-/// naming the endpoint (design.md §5.5).
-fn passthrough_error(
-    phase: &'static str,
-    endpoint: String,
-    r: PhaseResponse<Bytes>,
-) -> Result<Response, ApiError> {
-    if r.status >= 500 || r.status < 400 {
-        let detail = String::from_utf8_lossy(&r.body[..r.body.len().min(300)]).into_owned();
-        return Err(ApiError::UpstreamServerError {
-            phase,
-            endpoint,
-            status: r.status,
-            detail,
-        });
-    }
-    let mut headers = header_rules::client_response_headers(&r.headers);
-    headers.insert(
-        http::header::CONTENT_LENGTH,
-        HeaderValue::from(r.body.len()),
-    );
-    let status = StatusCode::from_u16(r.status).unwrap_or(StatusCode::BAD_GATEWAY);
-    Ok((status, headers, r.body).into_response())
+    Ok(forward::forward(
+        state,
+        &req,
+        &raw,
+        &upstream_headers,
+        &plan,
+        Some(result),
+        rid,
+    )
+    .await)
 }

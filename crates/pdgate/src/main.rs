@@ -45,6 +45,9 @@ fn main() -> std::process::ExitCode {
         .with_writer(std::io::stderr)
         .init();
     let cli = Cli::parse();
+    if let Cmd::CheckConfig { file } = &cli.cmd {
+        return check_config(file);
+    }
     let rt = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
         Err(e) => {
@@ -58,14 +61,44 @@ fn main() -> std::process::ExitCode {
             Cmd::Sim(a) => pdgate_sim::run(a).await,
             Cmd::Bench(a) => pdgate_bench::run(a).await,
             Cmd::Demo(a) => pdgate::demo::run(a).await,
-            Cmd::CheckConfig { file } => pdgate_server::args::load_scheduler(Some(&file))
-                .map(|s| print!("{}", s.effective_config_yaml())),
+            Cmd::CheckConfig { .. } => unreachable!("handled before the runtime starts"),
         }
     });
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+/// `check-config FILE`: prints the effective config (llm-d defaults injected) to stdout and
+/// succeeds, or prints every error (`<file>: line L: plugin `name` (type `t`): message`, one
+/// per line) and then `N error(s)` to stderr and fails. An unreadable file is one error.
+fn check_config(file: &std::path::Path) -> std::process::ExitCode {
+    use pdgate_scheduler::config::{self, ConfigErrors};
+    use std::io::Write;
+    let name = file.display().to_string();
+    let checked = match std::fs::read_to_string(file) {
+        Ok(text) => config::check(&text, &name),
+        Err(e) => Err(ConfigErrors(vec![pdgate_scheduler::ConfigError {
+            source_name: name,
+            line: None,
+            plugin: None,
+            message: format!("cannot read the file: {e}"),
+        }])),
+    };
+    match checked {
+        Ok(yaml) => {
+            // A closed stdout (`| head`) is not a config error.
+            let _ = std::io::stdout().write_all(yaml.as_bytes());
+            std::process::ExitCode::SUCCESS
+        }
+        Err(errors) => {
+            let n = errors.0.len();
+            eprintln!("{errors}");
+            eprintln!("{n} error{}", if n == 1 { "" } else { "s" });
             std::process::ExitCode::FAILURE
         }
     }

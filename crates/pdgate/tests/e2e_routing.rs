@@ -201,10 +201,12 @@ async fn the_profile_header_selects_the_phase_profile_and_an_unknown_one_is_400(
     let client = reqwest::Client::new();
     let body =
         json!({"model": "pdgate-sim", "prompt": (0..64).collect::<Vec<u32>>(), "max_tokens": 1});
-    for (header, value, endpoint) in [
-        ("x-llm-d-epp-profile", "prefill", "prefill-0"),
-        ("x-llm-d-epp-profile", "decode", "decode-0"),
-        ("EPP-Profile", "prefill", "prefill-0"),
+    // A per-role router names only the phase it served, and no P/D mode.
+    let (p, d) = ("x-pdgate-prefill-endpoint", "x-pdgate-decode-endpoint");
+    for (header, value, served, endpoint, absent) in [
+        ("x-llm-d-epp-profile", "prefill", p, "prefill-0", d),
+        ("x-llm-d-epp-profile", "decode", d, "decode-0", p),
+        ("EPP-Profile", "prefill", p, "prefill-0", d),
     ] {
         let r = client
             .post(format!("{}/v1/completions", f.url()))
@@ -214,11 +216,9 @@ async fn the_profile_header_selects_the_phase_profile_and_an_unknown_one_is_400(
             .await
             .unwrap();
         assert_eq!(r.status(), 200, "{header}: {value}");
-        assert_eq!(
-            r.headers()["x-pdgate-decode-endpoint"],
-            endpoint,
-            "{header}: {value}"
-        );
+        assert_eq!(r.headers()[served], endpoint, "{header}: {value}");
+        assert!(r.headers().get(absent).is_none(), "{header}: {value}");
+        assert!(r.headers().get("x-pdgate-pd-mode").is_none());
     }
     let r = client
         .post(format!("{}/v1/completions", f.url()))

@@ -6,20 +6,28 @@
 //! gets one with default parameters; no profiles → one `default` profile referencing every
 //! filter, scorer and picker; a profile without a picker gets `max-score-picker`; one profile
 //! and no handler → `single-profile-handler`; a ref's `weight` defaults to 1.
+//!
+//! Errors are collected ([`load_all`], [`check`]): every plugin entry, profile and handler
+//! problem is reported, in file order, each at most once (a plugin that fails is not reported
+//! again by the profiles or plugins referring to it). A document that is not valid YAML or not
+//! an `EndpointPickerConfig` at all is one error. [`load`] keeps the first error only.
 
 mod effective;
 mod lines;
+mod loader;
+mod profiles;
 mod raw;
 
-use crate::error::{ConfigError, PluginRef};
-use crate::plugin::{PreRequest, ProfileHandler};
+use crate::error::ConfigError;
+pub use crate::error::ConfigErrors;
+use crate::plugin::{
+    PreRequest, ProfileHandler, RequestAbandoned, RequestRejected, ResponseHeader, Screener,
+};
 use crate::prefix::PrefixIndex;
 use crate::profile::Profile;
-use crate::registry::{self, BuildCtx, Built, PluginError, Stage};
-use effective::{Effective, EffectivePlugin, EffectiveProfile, EffectiveRef};
-use raw::{RawPluginRef, RawProfile};
-use serde_yaml_ng::Value;
-use std::ops::Range;
+use crate::registry::{self, Built, Stage};
+use effective::{Effective, EffectivePlugin};
+use loader::Loader;
 use std::sync::Arc;
 
 /// A loaded config, ready for the [`crate::Scheduler`].
@@ -28,129 +36,120 @@ pub struct Loaded {
     pub profiles: Vec<Profile>,
     /// The profile handler.
     pub handler: Arc<dyn ProfileHandler>,
-    /// PreRequest hooks in build order.
-    pub pre_requests: Vec<Arc<dyn PreRequest>>,
+    /// Screeners and lifecycle hooks, in build order.
+    pub hooks: Hooks,
     /// Prefix indexes by slot.
     pub indexes: Vec<Arc<PrefixIndex>>,
     /// The effective config as YAML.
     pub effective_yaml: String,
 }
 
-struct Decl {
-    name: String,
-    plugin_type: String,
-    stage: Stage,
-    params: Option<Value>,
-    item: Option<Range<usize>>,
+/// The plugins implementing each per-request extension point, in build order.
+#[derive(Default)]
+pub struct Hooks {
+    /// `(plugin name, screener)`.
+    pub screeners: Vec<(String, Arc<dyn Screener>)>,
+    /// PreRequest hooks.
+    pub pre_requests: Vec<Arc<dyn PreRequest>>,
+    /// ResponseHeader hooks.
+    pub response_headers: Vec<Arc<dyn ResponseHeader>>,
+    /// RequestRejected hooks (opt-in).
+    pub rejected: Vec<Arc<dyn RequestRejected>>,
+    /// RequestAbandoned hooks, shared by every booking.
+    pub abandoned: Arc<[Arc<dyn RequestAbandoned>]>,
 }
 
-struct Loader<'a> {
-    yaml: &'a str,
-    source: &'a str,
-    decls: Vec<Decl>,
-    built: Vec<(String, String, Built)>,
+impl Hooks {
+    fn collect(built: &[(String, String, Built)]) -> Hooks {
+        let all = || built.iter().map(|(_, _, b)| b);
+        Hooks {
+            screeners: built
+                .iter()
+                .filter_map(|(n, _, b)| Some((n.clone(), b.screener.clone()?)))
+                .collect(),
+            pre_requests: all().filter_map(|b| b.pre_request.clone()).collect(),
+            response_headers: all().filter_map(|b| b.response_header.clone()).collect(),
+            rejected: all().filter_map(|b| b.request_rejected.clone()).collect(),
+            abandoned: all().filter_map(|b| b.request_abandoned.clone()).collect(),
+        }
+    }
 }
 
-/// Loads `yaml`; `source` names the file in errors.
+/// Loads `yaml`; `source` names the file in errors; `extra` are plugin types registered
+/// by the embedding program, looked up before the built-in ones.
 ///
-/// Errors: [`ConfigError`] (see [`crate::Scheduler::from_yaml`]).
-pub fn load(yaml: &str, source: &str) -> Result<Loaded, ConfigError> {
-    let raw = raw::parse(yaml, source)?;
-    let mut ld = Loader {
-        yaml,
-        source,
-        decls: Vec::new(),
-        built: Vec::new(),
-    };
+/// Errors: the first of [`load_all`]'s errors (see [`crate::Scheduler::from_yaml`]).
+pub fn load(
+    yaml: &str,
+    source: &str,
+    extra: &[registry::PluginType],
+) -> Result<Loaded, ConfigError> {
+    load_all(yaml, source, extra).map_err(ConfigErrors::into_first)
+}
+
+/// Validates `yaml` against the built-in plugin types and returns the effective config (llm-d
+/// defaults injected) as YAML; `source` names the file in errors (`pdgate check-config`).
+///
+/// Errors: every problem found, see [`load_all`].
+pub fn check(yaml: &str, source: &str) -> Result<String, ConfigErrors> {
+    load_all(yaml, source, &[]).map(|l| l.effective_yaml)
+}
+
+/// [`load`], reporting every problem instead of the first: each plugin entry's (unsupported
+/// type, duplicate name, rejected parameters), each profile's (unknown `pluginRef`, not a
+/// filter/scorer/picker, two pickers, bad weight, duplicate profile) and the handler's, sorted
+/// by line (errors without a line last).
+///
+/// Errors: [`ConfigErrors`], never empty; a document that does not parse as an
+/// `EndpointPickerConfig` gives a single error.
+pub fn load_all(
+    yaml: &str,
+    source: &str,
+    extra: &[registry::PluginType],
+) -> Result<Loaded, ConfigErrors> {
+    let raw::Parsed { raw, errors } = raw::parse(yaml, source)?;
+    let mut ld = Loader::new(yaml, source, extra);
+    ld.errors = errors;
     let items = lines::seq_items(yaml, "plugins");
     for (i, p) in raw.plugins.into_iter().enumerate() {
         let name = p.name.unwrap_or_else(|| p.plugin_type.clone());
-        ld.declare(name, p.plugin_type, p.parameters, items.get(i).cloned())?;
+        if p.broken {
+            ld.declare_malformed(name, p.plugin_type);
+        } else {
+            ld.declare(name, p.plugin_type, p.parameters, items.get(i).cloned());
+        }
     }
     let needs_producer = ld.decls.iter().any(|d| {
         d.plugin_type == "prefix-cache-scorer" || d.plugin_type == "prefix-based-pd-decider"
     });
     let producer = crate::plugins::approx_prefix_cache_producer::TYPE.name;
-    if needs_producer && !ld.decls.iter().any(|d| d.plugin_type == producer) {
-        ld.declare(producer.into(), producer.into(), None, None)?;
+    if needs_producer
+        && !ld.decls.iter().any(|d| d.plugin_type == producer)
+        && ld.declare(producer.into(), producer.into(), None, None)
+    {
         let injected = ld.decls.pop().expect("just declared");
         ld.decls.insert(0, injected);
     }
     for stage in [Stage::Producer, Stage::Consumer] {
         for i in 0..ld.decls.len() {
             if ld.decls[i].stage == stage {
-                ld.build(i, &[])?;
+                ld.build(i, &[]);
             }
         }
     }
     let raw_profiles = if raw.scheduling_profiles.is_empty() {
-        let refs = ld
-            .built
-            .iter()
-            .filter(|(_, _, b)| b.filter.is_some() || b.scorer.is_some() || b.picker.is_some())
-            .map(|(n, _, _)| RawPluginRef {
-                plugin_ref: n.clone(),
-                weight: None,
-            });
-        vec![RawProfile {
-            name: "default".into(),
-            plugins: refs.collect(),
-        }]
+        vec![ld.default_profile()]
     } else {
         raw.scheduling_profiles
     };
-    let profile_items = lines::seq_items(yaml, "schedulingProfiles");
-    let mut profiles = Vec::new();
-    let mut eff_profiles = Vec::new();
-    for (i, rp) in raw_profiles.iter().enumerate() {
-        let item = profile_items.get(i);
-        if profiles.iter().any(|p: &Profile| p.name == rp.name) {
-            return Err(ld.err(
-                item.map(|r| r.start + 1),
-                None,
-                format!("duplicate scheduling profile `{}`", rp.name),
-            ));
-        }
-        let (profile, eff) = ld.profile(rp, item)?;
-        profiles.push(profile);
-        eff_profiles.push(eff);
+    let resolved = ld.profiles(&raw_profiles);
+    let handler = handler(&mut ld, &resolved.names);
+    if !ld.errors.is_empty() {
+        let mut errors = ld.errors;
+        errors.sort_by_key(|e| e.line.unwrap_or(usize::MAX));
+        return Err(ConfigErrors(errors));
     }
-    let names: Vec<String> = profiles.iter().map(|p| p.name.clone()).collect();
-    let handlers: Vec<usize> = (0..ld.decls.len())
-        .filter(|i| ld.decls[*i].stage == Stage::Handler)
-        .collect();
-    let handler_index = match handlers.as_slice() {
-        [] if names.len() == 1 => {
-            let t = crate::plugins::single_profile_handler::TYPE.name;
-            ld.declare(t.into(), t.into(), None, None)?;
-            ld.decls.len() - 1
-        }
-        [] => {
-            let msg = format!(
-                "no profile handler: {} scheduling profiles need one (e.g. `disagg-profile-handler`)",
-                names.len()
-            );
-            return Err(ld.err(None, None, msg));
-        }
-        [one] => *one,
-        many => {
-            let list: Vec<String> = many
-                .iter()
-                .map(|i| format!("`{}`", ld.decls[*i].name))
-                .collect();
-            return Err(ld.err(
-                None,
-                None,
-                format!("more than one profile handler: {}", list.join(", ")),
-            ));
-        }
-    };
-    ld.build(handler_index, &names)?;
-    let handler = ld
-        .built
-        .last()
-        .and_then(|(_, _, b)| b.handler.clone())
-        .expect("handler stage builds a handler");
+    let handler = handler.expect("a load without errors has built one handler");
     let effective = Effective {
         api_version: raw::API_VERSIONS[0],
         kind: raw::KIND,
@@ -158,7 +157,7 @@ pub fn load(yaml: &str, source: &str) -> Result<Loaded, ConfigError> {
             .decls
             .iter()
             .filter_map(|d| {
-                let (_, _, b) = ld.built.iter().find(|(n, _, _)| *n == d.name)?;
+                let (_, _, b) = ld.find_built(&d.name)?;
                 Some(EffectivePlugin {
                     name: d.name.clone(),
                     plugin_type: d.plugin_type.clone(),
@@ -166,16 +165,12 @@ pub fn load(yaml: &str, source: &str) -> Result<Loaded, ConfigError> {
                 })
             })
             .collect(),
-        scheduling_profiles: eff_profiles,
+        scheduling_profiles: resolved.effective,
     };
     Ok(Loaded {
-        profiles,
+        profiles: resolved.profiles,
         handler,
-        pre_requests: ld
-            .built
-            .iter()
-            .filter_map(|(_, _, b)| b.pre_request.clone())
-            .collect(),
+        hooks: Hooks::collect(&ld.built),
         indexes: ld
             .built
             .iter()
@@ -185,168 +180,47 @@ pub fn load(yaml: &str, source: &str) -> Result<Loaded, ConfigError> {
     })
 }
 
-impl Loader<'_> {
-    fn err(&self, line: Option<usize>, plugin: Option<&Decl>, message: String) -> ConfigError {
-        ConfigError {
-            source_name: self.source.to_string(),
-            line,
-            plugin: plugin.map(|d| PluginRef {
-                name: d.name.clone(),
-                plugin_type: d.plugin_type.clone(),
-            }),
-            message,
+/// Builds the profile handler for the profiles `names` (injecting `single-profile-handler`
+/// for a single profile); records a missing or extra handler and every handler's own
+/// problems. `None` unless exactly one handler was built.
+fn handler(ld: &mut Loader<'_>, names: &[String]) -> Option<Arc<dyn ProfileHandler>> {
+    let mut handlers: Vec<usize> = (0..ld.decls.len())
+        .filter(|i| ld.decls[*i].stage == Stage::Handler)
+        .collect();
+    match handlers.len() {
+        0 if names.len() == 1 => {
+            let t = crate::plugins::single_profile_handler::TYPE.name;
+            if ld.declare(t.into(), t.into(), None, None) {
+                handlers.push(ld.decls.len() - 1);
+            }
+        }
+        // A handler whose type is unsupported was reported already.
+        0 if ld.handler_unknown => {}
+        0 => {
+            let msg = format!(
+                "no profile handler: {} scheduling profiles need one (e.g. `disagg-profile-handler`)",
+                names.len()
+            );
+            ld.report(None, None, msg);
+        }
+        1 => {}
+        _ => {
+            let list: Vec<String> = handlers
+                .iter()
+                .map(|i| format!("`{}`", ld.decls[*i].name))
+                .collect();
+            let msg = format!("more than one profile handler: {}", list.join(", "));
+            ld.report(None, None, msg);
         }
     }
-
-    fn declare(
-        &mut self,
-        name: String,
-        plugin_type: String,
-        params: Option<Value>,
-        item: Option<Range<usize>>,
-    ) -> Result<(), ConfigError> {
-        let line = item.as_ref().map(|r| r.start + 1);
-        let mut decl = Decl {
-            name,
-            plugin_type,
-            stage: Stage::Consumer,
-            params,
-            item,
-        };
-        let Some(t) = registry::lookup(&decl.plugin_type) else {
-            let msg = format!("unsupported plugin type `{}`", decl.plugin_type);
-            return Err(self.err(line, Some(&decl), msg));
-        };
-        if self.decls.iter().any(|d| d.name == decl.name) {
-            let msg = format!("duplicate plugin name `{}`", decl.name);
-            return Err(self.err(line, Some(&decl), msg));
+    let mut built = Vec::new();
+    for i in handlers {
+        if ld.build(i, names) {
+            built.push(ld.built.last().and_then(|(_, _, b)| b.handler.clone()));
         }
-        decl.stage = t.stage;
-        self.decls.push(decl);
-        Ok(())
     }
-
-    fn build(&mut self, i: usize, profiles: &[String]) -> Result<(), ConfigError> {
-        let d = &self.decls[i];
-        let t = registry::lookup(&d.plugin_type).expect("declared types are registered");
-        let mut ctx = BuildCtx {
-            built: &self.built,
-            profiles,
-            next_slot: self.built.iter().filter(|b| b.2.index.is_some()).count(),
-        };
-        let built = (t.build)(d.params.as_ref(), &mut ctx).map_err(|e| self.plugin_err(d, e))?;
-        self.built
-            .push((d.name.clone(), d.plugin_type.clone(), built));
-        Ok(())
-    }
-
-    fn plugin_err(&self, d: &Decl, e: PluginError) -> ConfigError {
-        let line = d.item.as_ref().map(|r| {
-            e.key
-                .as_ref()
-                .and_then(|k| lines::find_path(self.yaml, r, &format!("parameters.{k}")))
-                .unwrap_or(r.start + 1)
-        });
-        let message = match &e.path {
-            Some(p) => format!("parameters.{p}: {}", e.message),
-            None => format!("parameters: {}", e.message),
-        };
-        self.err(line, Some(d), message)
-    }
-
-    fn ensure_max_score_picker(&mut self) -> Result<String, ConfigError> {
-        let t = crate::plugins::max_score_picker::TYPE.name;
-        if let Some((n, _, _)) = self.built.iter().find(|(_, ty, _)| ty == t) {
-            return Ok(n.clone());
-        }
-        self.declare(t.into(), t.into(), None, None)?;
-        self.build(self.decls.len() - 1, &[])?;
-        Ok(t.into())
-    }
-
-    fn profile(
-        &mut self,
-        rp: &RawProfile,
-        item: Option<&Range<usize>>,
-    ) -> Result<(Profile, EffectiveProfile), ConfigError> {
-        let (mut filters, mut scorers, mut picker) = (Vec::new(), Vec::new(), None);
-        let mut refs = Vec::new();
-        for r in &rp.plugins {
-            let line = item
-                .and_then(|it| lines::find_key_value(self.yaml, it, "pluginRef", &r.plugin_ref));
-            let ctx = |m: String| format!("scheduling profile `{}`: {m}", rp.name);
-            let Some((name, ty, b)) = self.built.iter().find(|(n, _, _)| *n == r.plugin_ref) else {
-                let msg = match self.decls.iter().find(|d| d.name == r.plugin_ref) {
-                    Some(d) => format!(
-                        "plugin `{}` (type `{}`) is not a filter, scorer or picker",
-                        d.name, d.plugin_type
-                    ),
-                    None => format!("pluginRef `{}` names no plugin", r.plugin_ref),
-                };
-                return Err(self.err(line, None, ctx(msg)));
-            };
-            if b.filter.is_none() && b.scorer.is_none() && b.picker.is_none() {
-                let msg =
-                    format!("plugin `{name}` (type `{ty}`) is not a filter, scorer or picker");
-                return Err(self.err(line, None, ctx(msg)));
-            }
-            let weight = r.weight.unwrap_or(1.0);
-            if !weight.is_finite() || weight < 0.0 {
-                return Err(self.err(
-                    line,
-                    None,
-                    ctx(format!("weight of `{name}` must be a number ≥ 0")),
-                ));
-            }
-            if let Some(f) = &b.filter {
-                filters.push(f.clone());
-            }
-            if let Some(s) = &b.scorer {
-                scorers.push((s.clone(), weight));
-            }
-            if let Some(p) = &b.picker {
-                if let Some((first, _)) = &picker {
-                    return Err(self.err(
-                        line,
-                        None,
-                        ctx(format!("more than one picker (`{first}`, `{name}`)")),
-                    ));
-                }
-                picker = Some((name.clone(), p.clone()));
-            }
-            refs.push(EffectiveRef {
-                plugin_ref: name.clone(),
-                weight: b.scorer.as_ref().map(|_| weight),
-            });
-        }
-        let picker = match picker {
-            Some((_, p)) => p,
-            None => {
-                let name = self.ensure_max_score_picker()?;
-                refs.push(EffectiveRef {
-                    plugin_ref: name.clone(),
-                    weight: None,
-                });
-                let (_, _, b) = self
-                    .built
-                    .iter()
-                    .find(|(n, _, _)| *n == name)
-                    .expect("ensured");
-                b.picker.clone().expect("max-score-picker is a picker")
-            }
-        };
-        let profile = Profile {
-            name: rp.name.clone(),
-            filters,
-            scorers,
-            picker,
-        };
-        Ok((
-            profile,
-            EffectiveProfile {
-                name: rp.name.clone(),
-                plugins: refs,
-            },
-        ))
+    match built.as_slice() {
+        [Some(h)] => Some(h.clone()),
+        _ => None,
     }
 }

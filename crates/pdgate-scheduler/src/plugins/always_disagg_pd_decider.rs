@@ -4,11 +4,12 @@
 //! - **Extension points:** Decider
 //! - **Parameters:** none.
 //! - **Inputs:** none.
-//! - **Outputs:** always true (llm-d AlwaysDisaggPDDecider).
+//! - **Outputs:** always `Split` (llm-d AlwaysDisaggPDDecider); as the decider of a
+//!   conditional-decode probe it therefore always answers 412.
 //! - **Limitations:** with no prefill endpoint the handler still falls back to aggregated.
 
 use crate::endpoint::EndpointState;
-use crate::plugin::Decider;
+use crate::plugin::{Decider, Decision};
 use crate::registry::{decode, BuildCtx, Built, NoParams, PluginError, PluginType, Stage};
 use crate::request::RequestCtx;
 use serde_yaml_ng::Value;
@@ -26,8 +27,8 @@ pub const TYPE: PluginType = PluginType {
 pub struct AlwaysDisaggPdDecider;
 
 impl Decider for AlwaysDisaggPdDecider {
-    fn should_split(&self, _ctx: &RequestCtx<'_>, _decode: &EndpointState) -> bool {
-        true
+    fn decide(&self, _ctx: &RequestCtx<'_>, _decode: &EndpointState) -> Decision {
+        Decision::Split
     }
 }
 

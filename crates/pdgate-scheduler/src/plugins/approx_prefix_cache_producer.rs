@@ -2,24 +2,27 @@
 //!
 //! - **Type:** `approx-prefix-cache-producer`
 //! - **Extension points:** data producer (per-request block hashes, read by
-//!   `prefix-cache-scorer` and `prefix-based-pd-decider`), PreRequest (records picks).
+//!   `prefix-cache-scorer` and `prefix-based-pd-decider`), ResponseHeader (records blocks
+//!   when an endpoint answers).
 //! - **Parameters:** `blockSizeTokens` (alias `blockSize`, tokens per block, default 16);
 //!   `maxPrefixBlocksToMatch` (default 256); `maxPrefixTokensToMatch` (tokens, default 0 =
 //!   unset; when > 0 the block cap is `maxPrefixTokensToMatch / blockSizeTokens`);
 //!   `lruCapacityPerServer` (blocks per endpoint, default 31250); `autoTune` (default true).
 //! - **Inputs:** the prompt (token ids, or text at 4 bytes per token: `blockSizeTokens × 4`
 //!   bytes per block) and the model name (seeds the hash chain).
-//! - **Outputs:** after each pick, the prompt's full blocks are recorded on the decode (or
-//!   aggregated) endpoint and, when split, on the prefill endpoint.
+//! - **Outputs:** when a phase response head arrives with a 2xx status, the prompt's full
+//!   blocks are recorded on the endpoint that answered (prefill, decode or aggregated). llm-d
+//!   records at pick time (PreRequest); pdgate records once the engine has the blocks, so
+//!   that requests in flight together are spread by load instead of all following the first
+//!   pick (design.md §4, equal-score bursts).
 //! - **Limitations:** approximate — it learns only from this router's decisions, not from
 //!   engine evictions; `autoTune` is accepted but has no effect (pdgate does not read the
 //!   engines' block size or capacity yet); llm-d clamps small text block sizes, pdgate does not.
 //!   Source: llm-d approx-prefix-cache-producer.
 
-use crate::plugin::PreRequest;
+use crate::plugin::{ResponseCtx, ResponseHeader};
 use crate::prefix::{BlockHasher, PrefixIndex};
 use crate::registry::{decode, effective, BuildCtx, Built, PluginError, PluginType, Stage};
-use crate::request::{RequestCtx, SchedulingResult};
 use serde::{Deserialize, Serialize};
 use serde_yaml_ng::Value;
 use std::sync::Arc;
@@ -77,13 +80,16 @@ pub struct ApproxPrefixCacheProducer {
     index: Arc<PrefixIndex>,
 }
 
-impl PreRequest for ApproxPrefixCacheProducer {
-    fn pre_request(&self, ctx: &RequestCtx<'_>, result: &SchedulingResult) {
-        let hashes = ctx.block_hashes(&self.index);
-        self.index
-            .record(&result.decode.endpoint.endpoint.name, hashes);
-        if let Some(p) = &result.prefill {
-            self.index.record(&p.endpoint.endpoint.name, hashes);
+impl ResponseHeader for ApproxPrefixCacheProducer {
+    /// Records the prompt's blocks on the endpoint that answered 2xx: from then on the
+    /// engine holds them. Recording at response rather than at pick time keeps a burst of
+    /// identical prompts from piling onto the first endpoint picked before any of them ran.
+    fn response_header(&self, ctx: &ResponseCtx<'_>, _out: &mut Vec<(String, String)>) {
+        if !(200..300).contains(&ctx.status) {
+            return;
+        }
+        if let Some(hashes) = ctx.state.block_hashes(self.index.slot()) {
+            self.index.record(&ctx.endpoint.endpoint.name, hashes);
         }
     }
 }
@@ -110,7 +116,7 @@ fn build(params: Option<&Value>, ctx: &mut BuildCtx<'_>) -> Result<Built, Plugin
     ));
     ctx.next_slot += 1;
     Ok(Built {
-        pre_request: Some(Arc::new(ApproxPrefixCacheProducer {
+        response_header: Some(Arc::new(ApproxPrefixCacheProducer {
             index: index.clone(),
         })),
         index: Some(index),

@@ -11,13 +11,18 @@
 //!   (phase `Prefill`) + decode pick (phase `Decode`). Otherwise — no decider, decider says no,
 //!   no prefill profile, or the prefill filters leave nothing (no prefill endpoints) — the
 //!   decode pick alone with phase `Aggregated` (llm-d DisaggProfileHandler, fail open).
+//!   A conditional-decode probe (`Prefer: if-available`) runs the decode profile only: the
+//!   prefill decider's `Keep` serves it aggregated on the decode pick; `Split` or `Unknown`
+//!   rejects it with 412 (`Rejection::DecodeDeferred`); no decider → always served.
 //! - **Limitations:** no encode stage yet; a prefill-profile saturation falls back to
 //!   aggregated rather than rejecting.
 
+use crate::endpoint::EndpointState;
 use crate::error::Rejection;
-use crate::plugin::{Decider, ProfileHandler, ProfileRunner};
+use crate::plugin::{Decider, Decision, ProfileHandler, ProfileRunner};
 use crate::registry::{decode, effective, BuildCtx, Built, PluginError, PluginType, Stage};
 use crate::request::{RequestCtx, SchedulingResult};
+use crate::scheduler::conditional_verdict;
 use pdgate_api::Phase;
 use serde::{Deserialize, Serialize};
 use serde_yaml_ng::Value;
@@ -88,11 +93,20 @@ impl ProfileHandler for DisaggProfileHandler {
         runner: &dyn ProfileRunner,
     ) -> Result<SchedulingResult, Rejection> {
         let mut decode = runner.run(ctx, &self.decode)?;
+        if ctx.req.conditional {
+            let decision = self.conditional_decode(ctx, &decode.endpoint);
+            conditional_verdict(decision, &decode.endpoint.endpoint.name)?;
+            decode.phase = Phase::Aggregated;
+            return Ok(SchedulingResult {
+                prefill: None,
+                decode,
+            });
+        }
         let split = runner.has_profile(&self.prefill)
             && self
                 .prefill_decider
                 .as_ref()
-                .is_some_and(|d| d.should_split(ctx, &decode.endpoint));
+                .is_some_and(|d| d.decide(ctx, &decode.endpoint) == Decision::Split);
         if split {
             match runner.run(ctx, &self.prefill) {
                 Ok(mut prefill) => {
@@ -112,6 +126,13 @@ impl ProfileHandler for DisaggProfileHandler {
             prefill: None,
             decode,
         })
+    }
+
+    fn conditional_decode(&self, ctx: &RequestCtx<'_>, decode: &EndpointState) -> Decision {
+        match &self.prefill_decider {
+            Some(d) => d.decide(ctx, decode),
+            None => Decision::Keep,
+        }
     }
 }
 

@@ -20,6 +20,7 @@ pub mod random_picker;
 pub mod role_filter;
 pub mod round_robin_picker;
 pub mod running_requests_size_scorer;
+pub mod session_affinity_scorer;
 pub mod single_profile_handler;
 pub mod weighted_random_picker;
 

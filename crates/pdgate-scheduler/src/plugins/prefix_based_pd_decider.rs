@@ -10,11 +10,13 @@
 //!   cached prefix from the producer's index (matched blocks, unweighted).
 //! - **Outputs:** split iff `nonCachedTokens > 0`, `prompt ≥ promptTokens`, and
 //!   `prompt − cached_blocks·block_size ≥ nonCachedTokens` (llm-d PrefixBasedPDDecider,
-//!   design.md §4).
-//! - **Limitations:** the cached prefix is the router's estimate, not the engine's.
+//!   design.md §4). For a conditional-decode probe the same rule answers 412 when it would
+//!   split; `nonCachedTokens: 0` never splits and so never answers 412.
+//! - **Limitations:** the cached prefix is the router's estimate, not the engine's. Its data
+//!   is always readable (the index lives in-process), so it never answers `Unknown`.
 
 use crate::endpoint::EndpointState;
-use crate::plugin::Decider;
+use crate::plugin::{Decider, Decision};
 use crate::prefix::PrefixIndex;
 use crate::registry::{decode, effective, BuildCtx, Built, PluginError, PluginType, Stage};
 use crate::request::RequestCtx;
@@ -53,7 +55,7 @@ pub struct PrefixBasedPdDecider {
 impl PrefixBasedPdDecider {
     /// The decision for a prompt of `prompt` tokens of which `cached_blocks` blocks of
     /// `block_tokens` tokens are cached on the decode endpoint.
-    pub fn decide(&self, prompt: usize, cached_blocks: usize, block_tokens: usize) -> bool {
+    pub fn split(&self, prompt: usize, cached_blocks: usize, block_tokens: usize) -> bool {
         let uncached = prompt.saturating_sub(cached_blocks * block_tokens);
         self.non_cached_tokens > 0
             && prompt >= self.prompt_tokens
@@ -62,12 +64,16 @@ impl PrefixBasedPdDecider {
 }
 
 impl Decider for PrefixBasedPdDecider {
-    fn should_split(&self, ctx: &RequestCtx<'_>, decode: &EndpointState) -> bool {
+    fn decide(&self, ctx: &RequestCtx<'_>, decode: &EndpointState) -> Decision {
         if self.non_cached_tokens == 0 {
-            return false;
+            return Decision::Keep;
         }
         let cached = ctx.prefix_match(&self.index, decode);
-        self.decide(ctx.prompt_tokens(), cached, self.index.block_tokens())
+        if self.split(ctx.prompt_tokens(), cached, self.index.block_tokens()) {
+            Decision::Split
+        } else {
+            Decision::Keep
+        }
     }
 }
 
@@ -125,7 +131,7 @@ mod tests {
         ];
         for (nc, pt, prompt, cached, want) in table {
             assert_eq!(
-                decider(nc, pt).decide(prompt, cached, 16),
+                decider(nc, pt).split(prompt, cached, 16),
                 want,
                 "{nc} {pt} {prompt} {cached}"
             );

@@ -20,12 +20,7 @@ pub fn ep(name: &str, role: Option<&str>) -> Arc<EndpointState> {
 
 /// Runs `f` with a context for a token prompt.
 pub fn with_ctx<R>(prompt: &PromptInput, f: impl FnOnce(&RequestCtx<'_>) -> R) -> R {
-    let req = SchedulingRequest {
-        request_id: "r",
-        model: "m",
-        prompt,
-        profile: None,
-    };
+    let req = SchedulingRequest::new("r", "m", prompt);
     let ctx = RequestCtx::new(&req, 4);
     f(&ctx)
 }

@@ -1,0 +1,344 @@
+//! Running a planned request through the coordinator pipeline and building the client
+//! response: upstream statuses mapped (design.md §5.5), served-by headers stamped (§5.3),
+//! bookings tied to the response body.
+
+use crate::app::AppState;
+use crate::body::GuardedBody;
+use crate::errors::ApiError;
+use crate::upstream::Upstream;
+use axum::body::Body;
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
+use hyper::body::Incoming;
+use pdgate_api::{headers, InferenceRequest, Phase};
+use pdgate_coordinator::{
+    header_rules, DispatchError, Dispatcher, Outcome, PhaseRequest, PhaseResponse, PipelineError,
+    Plan, Target, Trace,
+};
+use pdgate_scheduler::{Pick, Scheduler, SchedulingResult};
+use std::time::Instant;
+
+/// The dispatch target of a pick: the endpoint's name, address and revision.
+pub fn target(p: &Pick) -> Target {
+    let ep = &p.endpoint.endpoint;
+    Target {
+        name: ep.name.clone(),
+        address: ep.address.clone(),
+        revision: ep.revision().map(str::to_string),
+    }
+}
+
+/// In-process dispatch: each leg goes to its endpoint over the pooled client, and the
+/// scheduler's `ResponseHeader` hooks run on each phase response head (they stamp headers
+/// the coordinator then sees, and producers learn what the engine now holds).
+struct LocalDispatch<'a> {
+    upstream: &'a Upstream,
+    scheduler: &'a Scheduler,
+    result: Option<&'a SchedulingResult>,
+}
+
+impl Dispatcher for LocalDispatch<'_> {
+    type Body = Incoming;
+
+    async fn dispatch(&self, leg: PhaseRequest) -> Result<PhaseResponse<Incoming>, DispatchError> {
+        let phase = leg.phase;
+        let mut resp = self.upstream.dispatch(leg).await?;
+        let pick = self.result.and_then(|r| match phase {
+            Phase::Prefill => r.prefill.as_ref(),
+            _ => Some(&r.decode),
+        });
+        if let Some(pick) = pick {
+            for (name, value) in self.scheduler.response_received(pick, resp.status) {
+                if let (Ok(n), Ok(v)) = (
+                    HeaderName::from_bytes(name.as_bytes()),
+                    HeaderValue::from_str(&value),
+                ) {
+                    resp.headers.insert(n, v);
+                }
+            }
+        }
+        Ok(resp)
+    }
+
+    async fn collect(&self, endpoint: &str, body: Incoming) -> Result<Bytes, DispatchError> {
+        self.upstream.collect(endpoint, body).await
+    }
+}
+
+/// Runs `plan` and answers the client. `result` holds the local picks (`None` when the plan
+/// names per-role routers); their bookings end with the response body. Every answer, errors
+/// included, names the endpoints known to have served each phase and carries `rid`.
+pub async fn forward(
+    state: &AppState,
+    req: &InferenceRequest,
+    raw: &Bytes,
+    upstream_headers: &HeaderMap,
+    plan: &Plan,
+    result: Option<SchedulingResult>,
+    rid: &HeaderValue,
+) -> Response {
+    let mut trace = Trace::default();
+    let leg_started = Instant::now();
+    let dispatcher = LocalDispatch {
+        upstream: &state.upstream,
+        scheduler: &state.scheduler,
+        result: result.as_ref(),
+    };
+    let outcome =
+        pdgate_coordinator::run(&dispatcher, plan, req, raw, upstream_headers, &mut trace).await;
+    if let Some(p) = trace.probe {
+        state
+            .metrics
+            .conditional_decode
+            .with_label_values(&[p.as_str()])
+            .inc();
+    }
+    let served = Served::of(plan, result.as_ref(), &trace);
+    // The prefill leg is over either way: release its booking now, not at end of stream.
+    let decode_pick = result.map(|mut r| {
+        if let Some(p) = r
+            .prefill
+            .as_mut()
+            .filter(|_| trace.prefill_headers.is_some())
+        {
+            p.guard.complete();
+        }
+        r.decode
+    });
+    let mut resp = respond(state, plan, outcome, decode_pick, leg_started)
+        .await
+        .unwrap_or_else(|e| {
+            tracing::debug!(error = %e, "request failed");
+            e.into_response()
+        });
+    served.stamp(resp.headers_mut());
+    resp.headers_mut().insert(headers::REQUEST_ID, rid.clone());
+    resp
+}
+
+async fn respond(
+    state: &AppState,
+    plan: &Plan,
+    outcome: Result<Outcome<Incoming>, PipelineError>,
+    decode_pick: Option<Pick>,
+    leg_started: Instant,
+) -> Result<Response, ApiError> {
+    let split = plan.prefill.is_some();
+    let decode_phase = if split {
+        Phase::Decode
+    } else {
+        Phase::Aggregated
+    };
+    let outcome = outcome.inspect_err(|e| {
+        let phase = match e {
+            PipelineError::Dispatch { phase, .. } => phase.as_str(),
+            _ => "prefill",
+        };
+        state.metrics.count_phase(phase, "error");
+    })?;
+    let resp = match outcome {
+        Outcome::PrefillRejected(r) => {
+            state
+                .metrics
+                .count_phase("prefill", &status_label(r.status));
+            let prefill = plan
+                .prefill
+                .as_ref()
+                .map(|t| t.name.clone())
+                .unwrap_or_default();
+            return passthrough_error("prefill", prefill, r, plan.routed);
+        }
+        Outcome::Final(r) => r,
+    };
+    if split {
+        state.metrics.count_phase("prefill", "200");
+    }
+    state
+        .metrics
+        .count_phase(decode_phase.as_str(), &status_label(resp.status));
+    state
+        .metrics
+        .observe_upstream(decode_phase.as_str(), leg_started.elapsed().as_secs_f64());
+
+    if resp.status >= 500 || (plan.routed && resp.status >= 400) {
+        let body = state
+            .upstream
+            .collect(&plan.decode.name, resp.body)
+            .await
+            .unwrap_or_default();
+        return passthrough_error(
+            decode_phase.as_str(),
+            plan.decode.name.clone(),
+            PhaseResponse {
+                status: resp.status,
+                headers: resp.headers,
+                body,
+            },
+            plan.routed,
+        );
+    }
+
+    let out_headers = header_rules::client_response_headers(&resp.headers);
+    let sse = resp
+        .headers
+        .get(http::header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"text/event-stream"));
+    let bookings = decode_pick.map(|p| p.guard).into_iter().collect();
+    let body = GuardedBody::new(
+        resp.body,
+        sse,
+        plan.decode.name.clone(),
+        bookings,
+        Some(state.metrics.stream_errors.clone()),
+    );
+    let mut response = Response::new(Body::new(body));
+    *response.status_mut() = StatusCode::from_u16(resp.status).unwrap_or(StatusCode::BAD_GATEWAY);
+    *response.headers_mut() = out_headers;
+    Ok(response)
+}
+
+/// Metric label of an upstream status, without allocating for the common 200.
+fn status_label(status: u16) -> std::borrow::Cow<'static, str> {
+    match status {
+        200 => "200".into(),
+        other => other.to_string().into(),
+    }
+}
+
+/// An upstream's non-2xx answer. From an engine, 4xx passes through as is (status and body)
+/// and 5xx becomes 502 naming the endpoint (design.md §5.5). From a per-role router
+/// (`routed`), every status passes through: the router already mapped it (e.g. a 503 with
+/// its reason).
+fn passthrough_error(
+    phase: &'static str,
+    endpoint: String,
+    r: PhaseResponse<Bytes>,
+    routed: bool,
+) -> Result<Response, ApiError> {
+    if !routed && (r.status >= 500 || r.status < 400) {
+        let detail = String::from_utf8_lossy(&r.body[..r.body.len().min(300)]).into_owned();
+        return Err(ApiError::UpstreamServerError {
+            phase,
+            endpoint,
+            status: r.status,
+            detail,
+        });
+    }
+    let mut headers = header_rules::client_response_headers(&r.headers);
+    headers.insert(
+        http::header::CONTENT_LENGTH,
+        HeaderValue::from(r.body.len()),
+    );
+    let status = StatusCode::from_u16(r.status).unwrap_or(StatusCode::BAD_GATEWAY);
+    Ok((status, headers, r.body).into_response())
+}
+
+/// Which endpoint (and revision) served each phase, for the served-by headers (design.md
+/// §5.3). A header is set only when known: a per-role router names only its own phase and
+/// no mode; a coordinator of routers reads the routers' own served-by headers.
+#[derive(Debug, Default)]
+struct Served {
+    prefill: Option<(String, Option<String>)>,
+    decode: Option<(String, Option<String>)>,
+    mode: Option<&'static str>,
+}
+
+impl Served {
+    fn of(plan: &Plan, result: Option<&SchedulingResult>, trace: &Trace) -> Served {
+        let named = |t: &Target| Some((t.name.clone(), t.revision.clone()));
+        if let Some(r) = result {
+            return match (plan.prefill.as_ref(), r.decode.phase) {
+                (Some(p), _) => Served {
+                    prefill: named(p),
+                    decode: named(&plan.decode),
+                    mode: Some("split"),
+                },
+                (None, Phase::Prefill) => Served {
+                    prefill: named(&plan.decode),
+                    ..Served::default()
+                },
+                (None, Phase::Decode) => Served {
+                    decode: named(&plan.decode),
+                    ..Served::default()
+                },
+                (None, Phase::Aggregated) => Served {
+                    prefill: named(&plan.decode),
+                    decode: named(&plan.decode),
+                    mode: Some("aggregated"),
+                },
+                (None, Phase::Encode) => Served::default(),
+            };
+        }
+        // Routed: the decode router's response names the decode endpoint itself; the
+        // prefill router's names the prefill endpoint.
+        let from = |h: &HeaderMap, name: &str, rev: &str| {
+            let get = |k: &str| h.get(k).and_then(|v| v.to_str().ok()).map(str::to_string);
+            get(name).map(|n| (n, get(rev)))
+        };
+        let prefill = trace.prefill_headers.as_ref().and_then(|h| {
+            from(
+                h,
+                headers::SERVED_PREFILL_ENDPOINT,
+                headers::SERVED_PREFILL_REVISION,
+            )
+        });
+        Served {
+            mode: Some(if prefill.is_some() {
+                "split"
+            } else {
+                "aggregated"
+            }),
+            prefill,
+            decode: None,
+        }
+    }
+
+    fn stamp(&self, h: &mut HeaderMap) {
+        let put = |h: &mut HeaderMap, k: &'static str, v: &str| {
+            if let Ok(v) = HeaderValue::from_str(v) {
+                h.insert(k, v);
+            }
+        };
+        let phases = [
+            (
+                &self.prefill,
+                headers::SERVED_PREFILL_ENDPOINT,
+                headers::SERVED_PREFILL_REVISION,
+            ),
+            (
+                &self.decode,
+                headers::SERVED_DECODE_ENDPOINT,
+                headers::SERVED_DECODE_REVISION,
+            ),
+        ];
+        for (served, name_header, revision_header) in phases {
+            if let Some((name, revision)) = served {
+                put(h, name_header, name);
+                if let Some(r) = revision {
+                    put(h, revision_header, r);
+                }
+            }
+        }
+        if let Some(mode) = self.mode {
+            put(h, headers::SERVED_MODE, mode);
+            // Aggregated behind a router: the decode endpoint also ran prefill.
+            if mode == "aggregated" && self.prefill.is_none() {
+                for (from, to) in [
+                    (
+                        headers::SERVED_DECODE_ENDPOINT,
+                        headers::SERVED_PREFILL_ENDPOINT,
+                    ),
+                    (
+                        headers::SERVED_DECODE_REVISION,
+                        headers::SERVED_PREFILL_REVISION,
+                    ),
+                ] {
+                    if let Some(v) = h.get(from).cloned() {
+                        h.insert(to, v);
+                    }
+                }
+            }
+        }
+    }
+}
