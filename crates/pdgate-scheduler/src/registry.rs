@@ -67,6 +67,9 @@ pub struct PluginError {
     pub key: Option<String>,
     /// What is wrong.
     pub message: String,
+    /// The plugin this one refers to and could not find (a missing producer or decider), so
+    /// that a config check reports the missing plugin once, not again for each dependent.
+    pub missing: Option<String>,
 }
 
 impl PluginError {
@@ -76,6 +79,15 @@ impl PluginError {
             path: Some(field.to_string()),
             key: Some(field.to_string()),
             message: message.into(),
+            missing: None,
+        }
+    }
+
+    /// `field` names a plugin `name` that is not there (or not of the needed kind).
+    pub fn missing(field: &str, name: &str, message: impl Into<String>) -> Self {
+        PluginError {
+            missing: Some(name.to_string()),
+            ..PluginError::invalid(field, message)
         }
     }
 }
@@ -103,8 +115,9 @@ impl BuildCtx<'_> {
             .find(|(n, _, b)| b.index.is_some() && name.is_none_or(|w| w == n));
         match (found, name) {
             (Some((_, _, b)), _) => Ok(b.index.clone().expect("checked")),
-            (None, Some(n)) => Err(PluginError::invalid(
+            (None, Some(n)) => Err(PluginError::missing(
                 field,
+                n,
                 format!("no prefix producer plugin named `{n}`"),
             )),
             (None, None) => Err(PluginError::invalid(
@@ -120,8 +133,9 @@ impl BuildCtx<'_> {
             Some((_, _, b)) => b.decider.clone().ok_or_else(|| {
                 PluginError::invalid(field, format!("plugin `{name}` is not a decider"))
             }),
-            None => Err(PluginError::invalid(
+            None => Err(PluginError::missing(
                 field,
+                name,
                 format!("no plugin named `{name}`"),
             )),
         }
@@ -183,6 +197,7 @@ pub fn decode<T: DeserializeOwned>(params: Option<&Value>) -> Result<T, PluginEr
             path: None,
             key: None,
             message: e.to_string(),
+            missing: None,
         })?,
     };
     serde_yaml_ng::from_str(&text).map_err(|e| split_serde_error(&e.to_string()))
@@ -215,6 +230,7 @@ fn split_serde_error(msg: &str) -> PluginError {
         path,
         key,
         message: rest.to_string(),
+        missing: None,
     }
 }
 

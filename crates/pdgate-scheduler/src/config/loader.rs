@@ -186,11 +186,8 @@ impl<'a> Loader<'a> {
                     Stage::Handler => None,
                     _ => build(None).ok(),
                 };
-                // A dependent names the plugin it misses in backticks, e.g. no plugin named `x`.
-                let cascade = self
-                    .failed
-                    .iter()
-                    .any(|f| e.message.contains(&format!("`{f}`")));
+                // A dependent of a plugin that already failed: that failure was reported.
+                let cascade = e.missing.as_ref().is_some_and(|m| self.failed.contains(m));
                 if !cascade && !d.quiet {
                     let e = self.plugin_err(d, e);
                     self.errors.push(e);

@@ -54,6 +54,7 @@ fn build(params: Option<&Value>, ctx: &mut BuildCtx<'_>) -> Result<Built, Plugin
             path: None,
             key: None,
             message: format!("needs exactly one scheduling profile, found {}", many.len()),
+            missing: None,
         }),
     }
 }
