@@ -1,7 +1,8 @@
 //! Scheduling cost of one request through the built-in P/D config (prefill and decode
 //! profiles: role filters, prefix-cache + queue + kv-cache-utilization scorers, max-score
 //! picker, prefix-based P/D decider) over 8, 64 and 512 endpoints, with a 32k-token prompt
-//! and a warm prefix index. Run: `cargo bench -p pdgate-scheduler --bench pick`.
+//! and a warm prefix index: the pick alone, and the pick plus both phases' response hooks
+//! (where the prefix producer records). Run: `cargo bench -p pdgate-scheduler --bench pick`.
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use pdgate_api::PromptInput;
@@ -74,13 +75,25 @@ fn bench_pick(c: &mut Criterion) {
             }
         }
         let p = prompt(1_000_000, 16_384);
-        group.bench_with_input(BenchmarkId::from_parameter(n), &n, |b, _| {
+        group.bench_with_input(BenchmarkId::new("pick", n), &n, |b, _| {
             b.iter(|| {
                 let req = SchedulingRequest::new("r", "m", &p);
                 // Dropping the result releases the in-flight bookings, as a finished request does.
                 drop(black_box(
                     scheduler.schedule(&req, &snapshot).expect("pick"),
                 ));
+            })
+        });
+        // The whole per-request scheduler cost: the pick, then the response hooks of both
+        // phases (the producer records the prompt's blocks on each endpoint that answered).
+        group.bench_with_input(BenchmarkId::new("pick_and_record", n), &n, |b, _| {
+            b.iter(|| {
+                let req = SchedulingRequest::new("r", "m", &p);
+                let r = scheduler.schedule(&req, &snapshot).expect("pick");
+                black_box(scheduler.response_received(&r.decode, 200));
+                if let Some(prefill) = &r.prefill {
+                    black_box(scheduler.response_received(prefill, 200));
+                }
             })
         });
     }
