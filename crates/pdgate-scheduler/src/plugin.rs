@@ -154,3 +154,35 @@ pub trait RequestAbandoned: Send + Sync {
     /// Undoes what the plugin recorded for this request on `ctx.endpoint`.
     fn request_abandoned(&self, ctx: &AbandonedCtx<'_>);
 }
+
+/// Kind of a plugin metric (Prometheus type).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MetricKind {
+    /// A value that goes up and down.
+    Gauge,
+    /// A monotonic count.
+    Counter,
+}
+
+/// One sample of a plugin's own metric, e.g.
+/// `pdgate_revision_share{revision="b"} 0.4` (names carry the `pdgate_` prefix).
+#[derive(Debug, Clone, PartialEq)]
+pub struct PluginMetric {
+    /// Metric name, e.g. `pdgate_revision_share`.
+    pub name: &'static str,
+    /// HELP text.
+    pub help: &'static str,
+    /// Gauge or counter.
+    pub kind: MetricKind,
+    /// Label pairs.
+    pub labels: Vec<(&'static str, String)>,
+    /// Value.
+    pub value: f64,
+}
+
+/// A plugin that exports metrics of its own; the server collects them on every scrape of
+/// `/metrics`, so a series the plugin stops reporting disappears.
+pub trait MetricsSource: Send + Sync {
+    /// Appends the current samples.
+    fn collect(&self, out: &mut Vec<PluginMetric>);
+}

@@ -5,8 +5,8 @@
 //! implements plus its effective parameters (defaults filled in) for `effective_config_yaml`.
 
 use crate::plugin::{
-    Decider, Filter, Picker, PreRequest, ProfileHandler, RequestAbandoned, RequestRejected,
-    ResponseHeader, Scorer, Screener,
+    Decider, Filter, MetricsSource, Picker, PreRequest, ProfileHandler, RequestAbandoned,
+    RequestRejected, ResponseHeader, Scorer, Screener,
 };
 use crate::plugins;
 use crate::prefix::PrefixIndex;
@@ -50,6 +50,8 @@ pub struct Built {
     pub request_rejected: Option<Arc<dyn RequestRejected>>,
     /// RequestAbandoned hook.
     pub request_abandoned: Option<Arc<dyn RequestAbandoned>>,
+    /// Metrics the plugin exports.
+    pub metrics: Option<Arc<dyn MetricsSource>>,
     /// Prefix index, for producers.
     pub index: Option<Arc<PrefixIndex>>,
     /// Effective parameters (`Value::Null` for plugins without parameters).

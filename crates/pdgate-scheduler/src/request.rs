@@ -1,7 +1,7 @@
 //! The request the scheduler sees, the per-request context plugins read, and the result.
 
 use crate::booking::Booking;
-use crate::endpoint::EndpointState;
+use crate::endpoint::{EndpointState, Snapshot};
 use crate::error::Rejection;
 use crate::prefix::PrefixIndex;
 use pdgate_api::{Phase, PromptInput};
@@ -173,6 +173,7 @@ impl RequestState {
 pub struct RequestCtx<'a> {
     /// The request.
     pub req: &'a SchedulingRequest<'a>,
+    snapshot: &'a Snapshot,
     state: Arc<RequestState>,
     /// Memo of prefix matches: (producer slot, endpoint address, matched blocks).
     matches: RefCell<Vec<(usize, usize, usize)>>,
@@ -184,13 +185,34 @@ impl<'a> RequestCtx<'a> {
         self.req.model
     }
 
-    /// A context for `req` with room for `producers` prefix producers.
+    /// A context for `req` with room for `producers` prefix producers, over an empty
+    /// snapshot (plugin unit tests).
     pub fn new(req: &'a SchedulingRequest<'a>, producers: usize) -> Self {
+        static EMPTY: Snapshot = Snapshot {
+            endpoints: Vec::new(),
+            version: 0,
+        };
+        Self::with_snapshot(req, producers, &EMPTY)
+    }
+
+    /// A context for `req` scheduled over `snapshot`.
+    pub fn with_snapshot(
+        req: &'a SchedulingRequest<'a>,
+        producers: usize,
+        snapshot: &'a Snapshot,
+    ) -> Self {
         RequestCtx {
             req,
+            snapshot,
             state: Arc::new(RequestState::new(producers)),
             matches: RefCell::default(),
         }
+    }
+
+    /// The whole endpoint snapshot the request is scheduled over (every endpoint, Ready or
+    /// not); screeners count from it, e.g. Ready pods per revision.
+    pub fn snapshot(&self) -> &'a Snapshot {
+        self.snapshot
     }
 
     /// The request's state (shared with its bookings).

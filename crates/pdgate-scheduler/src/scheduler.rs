@@ -4,7 +4,9 @@ use crate::booking::Booking;
 use crate::config::{self, Hooks, Loaded};
 use crate::endpoint::Snapshot;
 use crate::error::{ConfigError, Rejection};
-use crate::plugin::{Candidates, Decision, ProfileHandler, ProfileRunner, ResponseCtx};
+use crate::plugin::{
+    Candidates, Decision, PluginMetric, ProfileHandler, ProfileRunner, ResponseCtx,
+};
 use crate::prefix::PrefixIndex;
 use crate::profile::Profile;
 use crate::registry::PluginType;
@@ -89,7 +91,7 @@ impl Scheduler {
         req: &SchedulingRequest<'_>,
         snapshot: &Snapshot,
     ) -> Result<SchedulingResult, Rejected> {
-        let ctx = RequestCtx::new(req, self.indexes.len());
+        let ctx = RequestCtx::with_snapshot(req, self.indexes.len(), snapshot);
         let mut base: Candidates<'_> = snapshot
             .endpoints
             .iter()
@@ -162,6 +164,16 @@ impl Scheduler {
             hook.pre_request(ctx, &result);
         }
         Ok(result)
+    }
+
+    /// Current values of the plugins' own metrics (e.g. revision shares), for the server's
+    /// `/metrics`; a series absent here is absent from the exposition.
+    pub fn plugin_metrics(&self) -> Vec<PluginMetric> {
+        let mut out = Vec::new();
+        for m in &self.hooks.metrics {
+            m.collect(&mut out);
+        }
+        out
     }
 
     /// Runs the `ResponseHeader` hooks for `pick`'s phase response head (`status`), and

@@ -259,3 +259,18 @@ fn every_llm_d_sample_checks_clean() {
     }
     assert!(checked >= 3, "{checked} samples");
 }
+
+#[test]
+fn a_pluginref_listed_twice_and_an_empty_profile_name_are_errors() {
+    // Found by a fresh-eyes run: both loaded silently (the scorer then counted twice).
+    let yaml = "plugins:\n- type: decode-filter\n- type: queue-scorer\nschedulingProfiles:\n\
+                - name: a\n  plugins:\n  - pluginRef: queue-scorer\n  - pluginRef: queue-scorer\n\
+                - name: ''\n  plugins:\n  - pluginRef: decode-filter\n";
+    assert_eq!(
+        errors(yaml),
+        [
+            "epp.yaml: line 8: scheduling profile `a`: pluginRef `queue-scorer` is listed twice",
+            "epp.yaml: line 9: a scheduling profile has an empty name",
+        ]
+    );
+}

@@ -164,6 +164,37 @@ async fn chat_completions(State(s): State<Arc<AppState>>, req: Request) -> Respo
 }
 
 async fn models(State(s): State<Arc<AppState>>) -> Response {
+    if let Some(r) = &s.routers {
+        // A coordinator knows no endpoints: the decode router's list is the fleet's.
+        let got = s
+            .upstream
+            .get(
+                &r.decode.name,
+                &r.decode.address,
+                "/v1/models",
+                Duration::from_secs(5),
+            )
+            .await;
+        return match got {
+            Ok((200, body)) => {
+                ([(http::header::CONTENT_TYPE, "application/json")], body).into_response()
+            }
+            Ok((status, _)) => crate::errors::ApiError::UpstreamServerError {
+                phase: "models",
+                endpoint: r.decode.name.clone(),
+                status,
+                detail: "listing models".into(),
+            }
+            .into_response(),
+            Err(e) => {
+                crate::errors::ApiError::Pipeline(pdgate_coordinator::PipelineError::Dispatch {
+                    phase: pdgate_api::Phase::Decode,
+                    source: e,
+                })
+                .into_response()
+            }
+        };
+    }
     let data: Vec<_> = s
         .fleet_models()
         .iter()
@@ -173,6 +204,7 @@ async fn models(State(s): State<Arc<AppState>>) -> Response {
 }
 
 async fn metrics(State(s): State<Arc<AppState>>) -> Response {
+    s.metrics.plugins.set(&s.scheduler.plugin_metrics());
     s.metrics.in_flight.reset();
     for e in &s.registry.snapshot().endpoints {
         s.metrics

@@ -4,7 +4,7 @@ use crate::app::{
     start_state, PhaseRouters, ServeOptions, DEFAULT_MAX_BODY_BYTES, DEFAULT_SCRAPE_INTERVAL_MS,
     DEFAULT_UPSTREAM_TIMEOUT_SECS,
 };
-use crate::discovery::{parse_endpoint_flag, EndpointSource};
+use crate::discovery::{check_address, parse_endpoint_flag, EndpointSource};
 use anyhow::Context;
 use pdgate_scheduler::{Scheduler, DEFAULT_CONFIG_YAML};
 use std::path::PathBuf;
@@ -59,12 +59,21 @@ pub struct ServeArgs {
 }
 
 /// Loads the scheduler config named by `path`, or the built-in default.
+///
+/// Errors: the file cannot be read, or the config is invalid — then every error is listed,
+/// one per line, as `check-config` shows them.
 pub fn load_scheduler(path: Option<&PathBuf>) -> anyhow::Result<Scheduler> {
     match path {
         Some(p) => {
             let text =
                 std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
-            Ok(Scheduler::from_yaml(&text, &p.display().to_string())?)
+            let source = p.display().to_string();
+            Scheduler::from_yaml(&text, &source).map_err(|first| {
+                match pdgate_scheduler::config::check(&text, &source) {
+                    Err(all) => anyhow::anyhow!("invalid config:\n{all}"),
+                    Ok(_) => anyhow::anyhow!("invalid config: {first}"),
+                }
+            })
         }
         None => Ok(Scheduler::from_yaml(
             DEFAULT_CONFIG_YAML,
@@ -107,6 +116,8 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     opts.scrape_interval = Duration::from_millis(args.scrape_interval_ms);
     opts.upstream_timeout = Duration::from_secs(args.upstream_timeout_secs);
     if let (Some(p), Some(d)) = (&args.prefill_router, &args.decode_router) {
+        check_address(p).map_err(|e| anyhow::anyhow!("--prefill-router: {e}"))?;
+        check_address(d).map_err(|e| anyhow::anyhow!("--decode-router: {e}"))?;
         opts.routers = Some(PhaseRouters::new(p, d, args.conditional_decode));
     }
     let (state, _tasks) = start_state(opts).await?;

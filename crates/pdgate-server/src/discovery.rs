@@ -137,16 +137,25 @@ pub fn parse_endpoint_flag(flag: &str) -> Result<Endpoint, DiscoveryError> {
     endpoint(&name, &address, labels).map_err(err)
 }
 
-fn endpoint(
-    name: &str,
-    address: &str,
-    labels: BTreeMap<String, String>,
-) -> Result<Endpoint, String> {
+/// Checks that `address` is `host:port` (no scheme, no path): the one rule for endpoint
+/// and router addresses.
+///
+/// Errors: a message naming the address.
+pub fn check_address(address: &str) -> Result<(), String> {
     let bad = || format!("address {address:?} must be host:port (no scheme, no path)");
     let (host, port) = address.rsplit_once(':').ok_or_else(bad)?;
     if host.is_empty() || host.contains('/') || port.parse::<u16>().is_err() {
         return Err(bad());
     }
+    Ok(())
+}
+
+fn endpoint(
+    name: &str,
+    address: &str,
+    labels: BTreeMap<String, String>,
+) -> Result<Endpoint, String> {
+    check_address(address)?;
     if name.trim().is_empty() {
         return Err("endpoint name is empty".into());
     }

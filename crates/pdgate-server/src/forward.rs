@@ -95,6 +95,17 @@ pub async fn forward(
             .inc();
     }
     let served = Served::of(plan, result.as_ref(), &trace);
+    let prefill_ran = trace.prefill_headers.is_some();
+    // The phase the last leg ran, for metrics: a header-selected profile's own phase in a
+    // per-role router; behind routers, decode only after a prefill leg.
+    let last_phase = match &result {
+        _ if prefill_ran => Phase::Decode,
+        Some(r) if plan.prefill.is_none() => r.decode.phase,
+        _ => Phase::Aggregated,
+    };
+    if plan.routed && outcome.is_ok() {
+        state.metrics.count_pd_decision(prefill_ran);
+    }
     // The prefill leg is over either way: release its booking now, not at end of stream.
     let decode_pick = result.map(|mut r| {
         if let Some(p) = r
@@ -106,7 +117,7 @@ pub async fn forward(
         }
         r.decode
     });
-    let mut resp = respond(state, plan, outcome, decode_pick, leg_started)
+    let mut resp = respond(state, plan, outcome, decode_pick, leg_started, last_phase)
         .await
         .unwrap_or_else(|e| {
             tracing::debug!(error = %e, "request failed");
@@ -123,13 +134,9 @@ async fn respond(
     outcome: Result<Outcome<Incoming>, PipelineError>,
     decode_pick: Option<Pick>,
     leg_started: Instant,
+    decode_phase: Phase,
 ) -> Result<Response, ApiError> {
-    let split = plan.prefill.is_some();
-    let decode_phase = if split {
-        Phase::Decode
-    } else {
-        Phase::Aggregated
-    };
+    let split = decode_phase == Phase::Decode && plan.prefill.is_some();
     let outcome = outcome.inspect_err(|e| {
         let phase = match e {
             PipelineError::Dispatch { phase, .. } => phase.as_str(),
@@ -284,11 +291,7 @@ impl Served {
             )
         });
         Served {
-            mode: Some(if prefill.is_some() {
-                "split"
-            } else {
-                "aggregated"
-            }),
+            mode: prefill.is_some().then_some("split"),
             prefill,
             decode: None,
         }
@@ -322,21 +325,25 @@ impl Served {
         }
         if let Some(mode) = self.mode {
             put(h, headers::SERVED_MODE, mode);
-            // Aggregated behind a router: the decode endpoint also ran prefill.
-            if mode == "aggregated" && self.prefill.is_none() {
-                for (from, to) in [
-                    (
-                        headers::SERVED_DECODE_ENDPOINT,
-                        headers::SERVED_PREFILL_ENDPOINT,
-                    ),
-                    (
-                        headers::SERVED_DECODE_REVISION,
-                        headers::SERVED_PREFILL_REVISION,
-                    ),
-                ] {
-                    if let Some(v) = h.get(from).cloned() {
-                        h.insert(to, v);
-                    }
+        } else if self.prefill.is_none()
+            && self.decode.is_none()
+            && h.contains_key(headers::SERVED_DECODE_ENDPOINT)
+        {
+            // Behind routers, no prefill leg, and a decode router answered: its endpoint ran
+            // the whole request (a served conditional-decode probe).
+            put(h, headers::SERVED_MODE, "aggregated");
+            for (from, to) in [
+                (
+                    headers::SERVED_DECODE_ENDPOINT,
+                    headers::SERVED_PREFILL_ENDPOINT,
+                ),
+                (
+                    headers::SERVED_DECODE_REVISION,
+                    headers::SERVED_PREFILL_REVISION,
+                ),
+            ] {
+                if let Some(v) = h.get(from).cloned() {
+                    h.insert(to, v);
                 }
             }
         }

@@ -10,6 +10,7 @@ pub mod discovery;
 pub mod errors;
 pub mod forward;
 pub mod metrics;
+pub mod plugin_metrics;
 pub mod proxy;
 pub mod scrape;
 pub mod threads;

@@ -27,6 +27,8 @@ pub struct Metrics {
     pub stream_errors: IntCounter,
     /// `pdgate_scrape_errors_total`: failed engine `/metrics` scrapes.
     pub scrape_errors: IntCounter,
+    /// Scheduler plugins' own metrics (revision shares, strict misses, …).
+    pub plugins: crate::plugin_metrics::PluginFamilies,
     hot: Hot,
 }
 
@@ -150,6 +152,7 @@ impl Metrics {
             upstream: phases.map(|p| upstream.with_label_values(&[p])),
         };
         Metrics {
+            plugins: crate::plugin_metrics::PluginFamilies::new(r.clone()),
             registry: r,
             requests,
             phase_requests,

@@ -120,3 +120,44 @@ fn an_unreadable_file_is_one_error_naming_it() {
     assert!(stderr.ends_with("\n1 error\n"), "{stderr}");
     assert!(!stderr.contains("panicked"), "{stderr}");
 }
+
+/// `pdgate serve` with `args`, expected to fail at start: (exit code, stderr).
+fn serve_fails(args: &[&str]) -> (Option<i32>, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_pdgate"))
+        .env_remove("RUST_LOG")
+        .arg("serve")
+        .args(["--host", "127.0.0.1", "--port", "0"])
+        .args(args)
+        .output()
+        .unwrap();
+    (out.status.code(), String::from_utf8(out.stderr).unwrap())
+}
+
+#[test]
+fn serve_lists_every_config_error_and_checks_router_addresses_at_start() {
+    // Found by a fresh-eyes run: `serve --config` showed only the first error, and a router
+    // given as a URL started fine and then failed every request with 502.
+    let f = TempFile::new("serve-three-faults", THREE_FAULTS);
+    let path = f.0.display().to_string();
+    let (code, stderr) = serve_fails(&["--config", &path, "--endpoint", "127.0.0.1:9"]);
+    assert_eq!(code, Some(1), "{stderr}");
+    for line in [5, 8, 16] {
+        assert!(
+            stderr.contains(&format!("{path}: line {line}: ")),
+            "{stderr}"
+        );
+    }
+    let (code, stderr) = serve_fails(&[
+        "--prefill-router",
+        "127.0.0.1:9",
+        "--decode-router",
+        "http://127.0.0.1:9",
+    ]);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains(
+            "--decode-router: address \"http://127.0.0.1:9\" must be host:port (no scheme, no path)"
+        ),
+        "{stderr}"
+    );
+}

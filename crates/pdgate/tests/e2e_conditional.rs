@@ -162,6 +162,58 @@ async fn uncached_probe_is_412_then_prefill_and_decode_and_cached_probe_is_serve
         ),
         2
     );
+    // The decode router ran the decode profile three times (served probe + 2 decode legs).
+    assert_eq!(
+        metric(
+            &decode_router,
+            "pdgate_phase_requests_total{phase=\"decode\",status=\"200\"}"
+        ),
+        3
+    );
+    assert_eq!(l.in_flight(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn coordinator_lists_the_routers_models_and_a_dead_router_is_a_502_without_a_mode() {
+    let l = layout(DEFAULT_CONFIG_YAML, true).await;
+    let models: Value = reqwest::get(format!("{}/v1/models", l.url()))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(models["data"][0]["id"], "pdgate-sim", "{models}");
+    // A coordinator whose decode router is gone (a port nobody listens on any more).
+    let dead = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let dead_addr = dead.local_addr().unwrap().to_string();
+    drop(dead);
+    let routers = PhaseRouters::new(&l.fleet.router.addr.to_string(), &dead_addr, true);
+    let coordinator = fleet::router_with(Vec::new(), DEFAULT_CONFIG_YAML, |o| {
+        o.routers = Some(routers)
+    })
+    .await
+    .unwrap();
+    let r = reqwest::Client::new()
+        .post(format!("http://{}/v1/completions", coordinator.addr))
+        .json(&body(0))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 502);
+    assert!(
+        r.headers().get("x-pdgate-pd-mode").is_none(),
+        "{:?}",
+        r.headers()
+    );
+    assert!(r.headers().get("x-pdgate-decode-endpoint").is_none());
+    let v: Value = r.json().await.unwrap();
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("decode leg failed: upstream decode-router unreachable"),
+        "{v}"
+    );
     assert_eq!(l.in_flight(), 0);
 }
 

@@ -102,14 +102,20 @@ fn seq_item(text: &str, from: usize, end: usize, n: usize) -> Option<usize> {
     None
 }
 
-/// 1-based line inside `range` of `key: value` (value possibly quoted).
-pub fn find_key_value(text: &str, range: &Range<usize>, key: &str, value: &str) -> Option<usize> {
+/// 1-based line inside `range` of the `nth` (0-based) `key: value` (value possibly quoted).
+pub fn find_key_value_nth(
+    text: &str,
+    range: &Range<usize>,
+    key: &str,
+    value: &str,
+    nth: usize,
+) -> Option<usize> {
     let head = format!("{key}:");
     text.lines()
         .enumerate()
         .skip(range.start)
         .take(range.len())
-        .find_map(|(i, l)| {
+        .filter_map(|(i, l)| {
             let rest = l
                 .trim_start()
                 .trim_start_matches("- ")
@@ -122,6 +128,7 @@ pub fn find_key_value(text: &str, range: &Range<usize>, key: &str, value: &str) 
                 .trim_matches(|c| c == '"' || c == '\'');
             (v == value).then_some(i + 1)
         })
+        .nth(nth)
 }
 
 #[cfg(test)]
@@ -157,7 +164,7 @@ mod tests {
         let profiles = seq_items(DOC, "schedulingProfiles");
         assert_eq!(profiles, vec![9..12]);
         assert_eq!(
-            find_key_value(DOC, &profiles[0], "pluginRef", "a"),
+            find_key_value_nth(DOC, &profiles[0], "pluginRef", "a", 0),
             Some(12)
         );
     }

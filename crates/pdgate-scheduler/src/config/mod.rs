@@ -21,7 +21,8 @@ mod raw;
 use crate::error::ConfigError;
 pub use crate::error::ConfigErrors;
 use crate::plugin::{
-    PreRequest, ProfileHandler, RequestAbandoned, RequestRejected, ResponseHeader, Screener,
+    MetricsSource, PreRequest, ProfileHandler, RequestAbandoned, RequestRejected, ResponseHeader,
+    Screener,
 };
 use crate::prefix::PrefixIndex;
 use crate::profile::Profile;
@@ -57,6 +58,8 @@ pub struct Hooks {
     pub rejected: Vec<Arc<dyn RequestRejected>>,
     /// RequestAbandoned hooks, shared by every booking.
     pub abandoned: Arc<[Arc<dyn RequestAbandoned>]>,
+    /// Plugins exporting metrics.
+    pub metrics: Vec<Arc<dyn MetricsSource>>,
 }
 
 impl Hooks {
@@ -71,6 +74,7 @@ impl Hooks {
             response_headers: all().filter_map(|b| b.response_header.clone()).collect(),
             rejected: all().filter_map(|b| b.request_rejected.clone()).collect(),
             abandoned: all().filter_map(|b| b.request_abandoned.clone()).collect(),
+            metrics: all().filter_map(|b| b.metrics.clone()).collect(),
         }
     }
 }

@@ -50,6 +50,11 @@ impl Loader<'_> {
                 }
                 continue;
             }
+            if rp.name.trim().is_empty() {
+                let msg = "a scheduling profile has an empty name".to_string();
+                self.report(item.map(|r| r.start + 1), None, msg);
+                continue;
+            }
             if out.names.contains(&rp.name) {
                 let msg = format!("duplicate scheduling profile `{}`", rp.name);
                 self.report(item.map(|r| r.start + 1), None, msg);
@@ -86,10 +91,24 @@ impl Loader<'_> {
         let (mut filters, mut scorers, mut picker) = (Vec::new(), Vec::new(), None);
         let mut refs = Vec::new();
         let mut complete = true;
-        for r in &rp.plugins {
-            let line = item
-                .and_then(|it| lines::find_key_value(self.yaml, it, "pluginRef", &r.plugin_ref));
+        for (i, r) in rp.plugins.iter().enumerate() {
+            let nth = rp.plugins[..i]
+                .iter()
+                .filter(|p| p.plugin_ref == r.plugin_ref)
+                .count();
+            let line = item.and_then(|it| {
+                lines::find_key_value_nth(self.yaml, it, "pluginRef", &r.plugin_ref, nth)
+            });
             let ctx = |m: String| format!("scheduling profile `{}`: {m}", rp.name);
+            if refs
+                .iter()
+                .any(|e: &EffectiveRef| e.plugin_ref == r.plugin_ref)
+            {
+                let msg = format!("pluginRef `{}` is listed twice", r.plugin_ref);
+                self.report(line, None, ctx(msg));
+                complete = false;
+                continue;
+            }
             if self.failed.contains(&r.plugin_ref) {
                 complete = false;
                 continue;
