@@ -8,6 +8,7 @@ pub mod error;
 pub mod headers;
 pub mod kv;
 pub mod labels;
+pub mod media;
 pub mod openai;
 pub mod phase;
 pub mod prefer;

@@ -61,6 +61,15 @@ pub enum DispatchError {
         /// The timeout, ms.
         timeout_ms: u64,
     },
+    /// A dispatcher that schedules its legs itself (in-process encode picks) found no
+    /// endpoint; `status` is the scheduler's (e.g. 503, 429) and `reason` its message.
+    #[error("{reason}")]
+    Unscheduled {
+        /// The HTTP status the rejection maps to.
+        status: u16,
+        /// The scheduler's reason.
+        reason: String,
+    },
     /// The body failed while being read.
     #[error("upstream {endpoint} body failed: {reason}")]
     Body {

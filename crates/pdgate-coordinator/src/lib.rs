@@ -6,6 +6,7 @@
 //! ([`phase_body`]) and header rules ([`header_rules`]) are pure functions.
 
 pub mod dispatch;
+pub mod encode_step;
 pub mod header_rules;
 pub mod phase_body;
 pub mod pipeline;

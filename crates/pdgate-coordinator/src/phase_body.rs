@@ -51,6 +51,21 @@ pub fn decode_body(req: &InferenceRequest, mut kv: Map<String, Value>) -> Map<St
     body
 }
 
+/// `body` with `ec_transfer_params` set to the encoders' entries (one per media item, in
+/// item order) when there are any (pdgate simulator EPD contract); unchanged otherwise.
+pub fn with_encoder_output(
+    mut body: Map<String, Value>,
+    entries: Vec<Value>,
+) -> Map<String, Value> {
+    if !entries.is_empty() {
+        body.insert(
+            pdgate_api::media::EC_TRANSFER_PARAMS.to_string(),
+            Value::Array(entries),
+        );
+    }
+    body
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,7 +1,10 @@
 //! Runs one request's steps in order (design.md §2 steps 2–5, §4, §5.2):
-//! `conditional-decode` (optional) → `prefill` → `decode`, or one aggregated leg.
+//! `conditional-decode` (optional) → `encode` (requests with media, when there is an encode
+//! target) → `prefill` → `decode`, or `encode` → one aggregated leg.
 
 use crate::dispatch::{DispatchError, Dispatcher, PhaseRequest, PhaseResponse, Target};
+use crate::encode_step::{self, Encoded};
+use crate::header_rules::ForwardRules;
 use crate::phase_body;
 use bytes::Bytes;
 use http::{HeaderMap, HeaderValue};
@@ -14,6 +17,9 @@ pub struct Plan {
     pub prefill: Option<Target>,
     /// Decode target (or the aggregated one).
     pub decode: Target,
+    /// Encode target: media items get an encode leg each before prefill; `None` leaves
+    /// encoding to the prefill (or aggregated) endpoint.
+    pub encode: Option<Target>,
     /// The targets are per-role routers, not engines: every leg names its phase profile in
     /// `x-llm-d-epp-profile` (`prefill` / `decode`).
     pub routed: bool,
@@ -54,6 +60,8 @@ pub struct Trace {
     pub prefill_headers: Option<HeaderMap>,
     /// Headers of the probe's 412, when deferred.
     pub probe_headers: Option<HeaderMap>,
+    /// Forwarded headers captured so far (sent on every later leg).
+    pub captured: HeaderMap,
 }
 
 /// How a request ended, when some upstream answered.
@@ -61,9 +69,16 @@ pub struct Trace {
 pub enum Outcome<B> {
     /// The last leg's response, to stream back to the client as is.
     Final(PhaseResponse<B>),
-    /// The prefill leg answered non-2xx: the client gets that status and body; no decode leg
-    /// was sent.
-    PrefillRejected(PhaseResponse<Bytes>),
+    /// An encode or prefill leg answered non-2xx: the client gets that status and body; no
+    /// later leg was sent.
+    Rejected {
+        /// `Encode` or `Prefill`.
+        phase: Phase,
+        /// Name of the target that answered.
+        target: String,
+        /// Its answer.
+        response: PhaseResponse<Bytes>,
+    },
 }
 
 /// A pipeline failure with no upstream response to pass through.
@@ -76,6 +91,14 @@ pub enum PipelineError {
         phase: Phase,
         /// Why.
         source: DispatchError,
+    },
+    /// An encoder answered 2xx without usable `ec_transfer_params`.
+    #[error("encode endpoint {endpoint} answered without encoder output: {reason}")]
+    BadEncodeResponse {
+        /// Endpoint name.
+        endpoint: String,
+        /// What was wrong.
+        reason: String,
     },
     /// The prefill answered 2xx without usable `kv_transfer_params`.
     #[error("prefill endpoint {endpoint} answered without a KV handoff: {reason}")]
@@ -91,20 +114,23 @@ pub enum PipelineError {
 ///
 /// `raw` is the client body as received: an aggregated leg (and the conditional-decode
 /// probe) sends it unchanged (no re-serialization). `headers` are the upstream headers from
-/// [`crate::header_rules::upstream_request_headers`], sent on every leg; with
-/// `plan.routed` each leg adds its `x-llm-d-epp-profile`, and the probe adds
-/// `Prefer: if-available`. `n > 1` requests never relay a handoff (single consumer): they
-/// run aggregated on the decode target (design.md §5.2).
+/// [`ForwardRules::upstream_request_headers`], sent on every leg; with `plan.routed` each
+/// leg adds its `x-llm-d-epp-profile`, and the probe adds `Prefer: if-available`. The
+/// headers `rules` forward are captured from every phase response — 2xx and the probe's
+/// 412 — and sent on every later leg (design.md §5.3). `n > 1` requests never relay a
+/// handoff (single consumer): they run aggregated on the decode target (design.md §5.2).
 pub async fn run<D: Dispatcher>(
     dispatcher: &D,
     plan: &Plan,
     req: &InferenceRequest,
     raw: &Bytes,
     headers: &HeaderMap,
+    rules: &ForwardRules,
     trace: &mut Trace,
 ) -> Result<Outcome<D::Body>, PipelineError> {
-    let leg_headers = |phase: Phase| {
+    let leg_headers = |phase: Phase, captured: &HeaderMap| {
         let mut h = headers.clone();
+        ForwardRules::apply(captured, &mut h);
         if plan.routed {
             let profile = match phase {
                 Phase::Prefill => "prefill",
@@ -115,22 +141,9 @@ pub async fn run<D: Dispatcher>(
         }
         h
     };
-    let prefill = match &plan.prefill {
-        Some(p) if req.n == 1 => p,
-        _ => {
-            let leg = PhaseRequest {
-                phase: Phase::Aggregated,
-                target: plan.decode.clone(),
-                api: req.kind,
-                headers: leg_headers(Phase::Aggregated),
-                body: raw.clone(),
-            };
-            return dispatch(dispatcher, leg).await.map(Outcome::Final);
-        }
-    };
-
-    if plan.conditional {
-        let mut h = leg_headers(Phase::Decode);
+    let split = plan.prefill.as_ref().filter(|_| req.n == 1);
+    if plan.conditional && split.is_some() {
+        let mut h = leg_headers(Phase::Decode, &trace.captured);
         h.insert(
             headers::PREFER,
             HeaderValue::from_static(prefer::IF_AVAILABLE),
@@ -157,15 +170,50 @@ pub async fn run<D: Dispatcher>(
         trace.probe = Some(Probe::Deferred);
         // The 412's body is an error message; read it so the connection can be reused.
         let _ = dispatcher.collect(&plan.decode.name, resp.body).await;
+        trace.captured = rules.capture(&[&resp.headers]);
         trace.probe_headers = Some(resp.headers);
     }
 
+    let ec = match &plan.encode {
+        Some(target) => {
+            let h = leg_headers(Phase::Encode, &trace.captured);
+            match encode_step::run(dispatcher, target, req, &h, rules, &mut trace.captured).await? {
+                Encoded::Params(p) => p,
+                Encoded::Rejected(response) => {
+                    return Ok(Outcome::Rejected {
+                        phase: Phase::Encode,
+                        target: target.name.clone(),
+                        response,
+                    })
+                }
+            }
+        }
+        None => Vec::new(),
+    };
+    let Some(prefill) = split else {
+        let body = if ec.is_empty() {
+            raw.clone()
+        } else {
+            to_bytes(phase_body::with_encoder_output(req.body.clone(), ec))
+        };
+        let leg = PhaseRequest {
+            phase: Phase::Aggregated,
+            target: plan.decode.clone(),
+            api: req.kind,
+            headers: leg_headers(Phase::Aggregated, &trace.captured),
+            body,
+        };
+        return dispatch(dispatcher, leg).await.map(Outcome::Final);
+    };
     let leg = PhaseRequest {
         phase: Phase::Prefill,
         target: prefill.clone(),
         api: req.kind,
-        headers: leg_headers(Phase::Prefill),
-        body: to_bytes(phase_body::prefill_body(req)),
+        headers: leg_headers(Phase::Prefill, &trace.captured),
+        body: to_bytes(phase_body::with_encoder_output(
+            phase_body::prefill_body(req),
+            ec,
+        )),
     };
     let resp = dispatch(dispatcher, leg).await?;
     let body = dispatcher
@@ -176,12 +224,17 @@ pub async fn run<D: Dispatcher>(
             source,
         })?;
     if !(200..300).contains(&resp.status) {
-        return Ok(Outcome::PrefillRejected(PhaseResponse {
-            status: resp.status,
-            headers: resp.headers,
-            body,
-        }));
+        return Ok(Outcome::Rejected {
+            phase: Phase::Prefill,
+            target: prefill.name.clone(),
+            response: PhaseResponse {
+                status: resp.status,
+                headers: resp.headers,
+                body,
+            },
+        });
     }
+    ForwardRules::apply(&rules.capture(&[&resp.headers]), &mut trace.captured);
     trace.prefill_headers = Some(resp.headers);
     let kv = phase_body::kv_params_from_prefill(&body).map_err(|reason| {
         PipelineError::BadPrefillResponse {
@@ -193,7 +246,7 @@ pub async fn run<D: Dispatcher>(
         phase: Phase::Decode,
         target: plan.decode.clone(),
         api: req.kind,
-        headers: leg_headers(Phase::Decode),
+        headers: leg_headers(Phase::Decode, &trace.captured),
         body: to_bytes(phase_body::decode_body(req, kv)),
     };
     dispatch(dispatcher, leg).await.map(Outcome::Final)
@@ -209,7 +262,7 @@ async fn dispatch<D: Dispatcher>(
         .map_err(|source| PipelineError::Dispatch { phase, source })
 }
 
-fn to_bytes(body: serde_json::Map<String, serde_json::Value>) -> Bytes {
+pub(crate) fn to_bytes(body: serde_json::Map<String, serde_json::Value>) -> Bytes {
     // Serializing a Map of Values cannot fail (string keys, finite JSON numbers).
     Bytes::from(serde_json::to_vec(&body).unwrap_or_default())
 }
@@ -226,6 +279,8 @@ mod tests {
         prefill_status: u16,
         /// Status of a leg carrying `Prefer: if-available`.
         probe_status: u16,
+        /// `x-llm-d-disagg-revision` stamped on the probe's answer.
+        probe_revision: Option<&'static str>,
     }
 
     fn scripted(prefill_status: u16, probe_status: u16) -> Fake {
@@ -233,6 +288,7 @@ mod tests {
             legs: Mutex::new(vec![]),
             prefill_status,
             probe_status,
+            probe_revision: None,
         }
     }
 
@@ -250,9 +306,13 @@ mod tests {
                 ),
                 _ => (200, b"decoded"),
             };
+            let mut headers = HeaderMap::new();
+            if let (true, Some(r)) = (probe, self.probe_revision) {
+                headers.insert(headers::DISAGG_REVISION, HeaderValue::from_static(r));
+            }
             Ok(PhaseResponse {
                 status,
-                headers: HeaderMap::new(),
+                headers,
                 body: Bytes::from_static(body),
             })
         }
@@ -265,6 +325,7 @@ mod tests {
         Plan {
             prefill: prefill.map(target),
             decode: target("d0"),
+            encode: None,
             routed,
             conditional,
         }
@@ -292,9 +353,18 @@ mod tests {
     async fn go(fake: &Fake, plan: &Plan, n: u32) -> (Outcome<Bytes>, Trace, Bytes) {
         let (req, raw) = request(n);
         let mut trace = Trace::default();
-        let out = run(fake, plan, &req, &raw, &HeaderMap::new(), &mut trace)
-            .await
-            .unwrap();
+        let rules = ForwardRules::default();
+        let out = run(
+            fake,
+            plan,
+            &req,
+            &raw,
+            &HeaderMap::new(),
+            &rules,
+            &mut trace,
+        )
+        .await
+        .unwrap();
         (out, trace, raw)
     }
 
@@ -323,34 +393,14 @@ mod tests {
     #[tokio::test]
     async fn failed_prefill_sends_no_decode_and_n_above_one_runs_aggregated() {
         let fake = scripted(409, 200);
-        let (req, raw) = request(1);
-        let p = plan(Some("p0"), false, false);
-        let out = run(
-            &fake,
-            &p,
-            &req,
-            &raw,
-            &HeaderMap::new(),
-            &mut Trace::default(),
-        )
-        .await
-        .unwrap();
-        assert!(matches!(out, Outcome::PrefillRejected(r) if r.status == 409));
+        let (out, _, _) = go(&fake, &plan(Some("p0"), false, false), 1).await;
+        assert!(
+            matches!(out, Outcome::Rejected { phase: Phase::Prefill, response: r, .. } if r.status == 409)
+        );
         assert_eq!(fake.legs.lock().unwrap().len(), 1);
 
         let fake = scripted(200, 200);
-        let (req, raw) = request(2);
-        let p = plan(Some("p0"), true, true);
-        run(
-            &fake,
-            &p,
-            &req,
-            &raw,
-            &HeaderMap::new(),
-            &mut Trace::default(),
-        )
-        .await
-        .unwrap();
+        let (_, _, raw) = go(&fake, &plan(Some("p0"), true, true), 2).await;
         let legs = fake.legs.lock().unwrap();
         assert_eq!(legs.len(), 1, "n > 1: no probe, no prefill");
         assert_eq!(
@@ -400,12 +450,7 @@ mod tests {
             (400, Probe::Error),
         ] {
             let fake = scripted(200, status);
-            let (req, raw) = request(1);
-            let mut trace = Trace::default();
-            let p = plan(Some("p0"), true, true);
-            let out = run(&fake, &p, &req, &raw, &HeaderMap::new(), &mut trace)
-                .await
-                .unwrap();
+            let (out, trace, _) = go(&fake, &plan(Some("p0"), true, true), 1).await;
             assert!(matches!(out, Outcome::Final(r) if r.status == status && r.body == "probe"));
             assert_eq!(trace.probe, Some(probe));
             assert_eq!(
@@ -416,18 +461,7 @@ mod tests {
         }
         // Not conditional, or no prefill target: no probe at all.
         let fake = scripted(200, 412);
-        let (req, raw) = request(1);
-        let mut trace = Trace::default();
-        run(
-            &fake,
-            &plan(None, true, true),
-            &req,
-            &raw,
-            &HeaderMap::new(),
-            &mut trace,
-        )
-        .await
-        .unwrap();
+        let (_, trace, _) = go(&fake, &plan(None, true, true), 1).await;
         assert_eq!(trace.probe, None);
         assert_eq!(
             fake.legs
@@ -438,5 +472,44 @@ mod tests {
                 .collect::<Vec<_>>(),
             [(Phase::Aggregated, "d0".into(), Some("decode".into()), false)]
         );
+    }
+
+    #[tokio::test]
+    async fn the_412_revision_reaches_prefill_and_decode_and_its_absence_constrains_nothing() {
+        // The seed's bug: the coordinator dropped the 412's headers, so prefill and decode
+        // could run on different revisions.
+        let revision = |l: &PhaseRequest| {
+            l.headers
+                .get(headers::DISAGG_REVISION)
+                .map(|v| v.to_str().unwrap().to_string())
+        };
+        let fake = Fake {
+            probe_revision: Some("revision-b"),
+            ..scripted(200, 412)
+        };
+        let (_, trace, _) = go(&fake, &plan(Some("p0"), true, true), 1).await;
+        assert_eq!(trace.captured[headers::DISAGG_REVISION], "revision-b");
+        {
+            let legs = fake.legs.lock().unwrap();
+            assert_eq!(
+                legs.iter()
+                    .map(|l| (l.phase, revision(l)))
+                    .collect::<Vec<_>>(),
+                [
+                    (Phase::Decode, None),
+                    (Phase::Prefill, Some("revision-b".into())),
+                    (Phase::Decode, Some("revision-b".into())),
+                ]
+            );
+        }
+        let fake = scripted(200, 412);
+        let (_, trace, _) = go(&fake, &plan(Some("p0"), true, true), 1).await;
+        assert!(trace.captured.is_empty());
+        assert!(fake
+            .legs
+            .lock()
+            .unwrap()
+            .iter()
+            .all(|l| revision(l).is_none()));
     }
 }

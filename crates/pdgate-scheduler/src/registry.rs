@@ -181,6 +181,7 @@ pub static PLUGIN_TYPES: &[PluginType] = &[
     plugins::disagg_profile_handler::TYPE,
     plugins::header_profile_handler::TYPE,
     plugins::session_affinity_scorer::TYPE,
+    plugins::rollout::TYPE,
 ];
 
 /// Looks a plugin type up by name.

@@ -10,6 +10,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
 use pdgate_api::ApiKind;
+use pdgate_coordinator::header_rules::ForwardRules;
 use pdgate_scheduler::Scheduler;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -37,6 +38,8 @@ pub struct ServeOptions {
     pub upstream_timeout: Duration,
     /// Per-role routers to coordinate instead of scheduling locally (layout (b)).
     pub routers: Option<PhaseRouters>,
+    /// Response headers captured from phase responses and sent on later legs.
+    pub forward_rules: ForwardRules,
 }
 
 /// The per-role routers a coordinator dispatches phases to over HTTP, each selecting its
@@ -47,6 +50,8 @@ pub struct PhaseRouters {
     pub prefill: pdgate_coordinator::Target,
     /// Router of the decode phase.
     pub decode: pdgate_coordinator::Target,
+    /// Router of the encode phase (requests with media get an encode leg per item).
+    pub encode: Option<pdgate_coordinator::Target>,
     /// Send the decode leg first with `Prefer: if-available` (conditional decode).
     pub conditional_decode: bool,
 }
@@ -63,8 +68,20 @@ impl PhaseRouters {
         PhaseRouters {
             prefill: t("prefill-router", prefill),
             decode: t("decode-router", decode),
+            encode: None,
             conditional_decode,
         }
+    }
+
+    /// The same routers plus an encode router at `encode` (`host:port`), named
+    /// `encode-router`.
+    pub fn with_encode(mut self, encode: &str) -> Self {
+        self.encode = Some(pdgate_coordinator::Target {
+            name: "encode-router".into(),
+            address: encode.into(),
+            revision: None,
+        });
+        self
     }
 }
 
@@ -78,6 +95,7 @@ impl ServeOptions {
             scrape_interval: Duration::from_millis(DEFAULT_SCRAPE_INTERVAL_MS),
             upstream_timeout: Duration::from_secs(DEFAULT_UPSTREAM_TIMEOUT_SECS),
             routers: None,
+            forward_rules: ForwardRules::default(),
         }
     }
 }
@@ -96,6 +114,8 @@ pub struct AppState {
     pub max_body_bytes: usize,
     /// Per-role routers, when this server coordinates them instead of scheduling.
     pub routers: Option<PhaseRouters>,
+    /// `forward_response_headers` (design.md §5.3).
+    pub forward_rules: ForwardRules,
 }
 
 /// A running server; stops its tasks when dropped.
@@ -247,6 +267,7 @@ pub async fn start_state(
         metrics,
         max_body_bytes: opts.max_body_bytes,
         routers: opts.routers,
+        forward_rules: opts.forward_rules,
     });
     Ok((state, tasks))
 }
@@ -286,6 +307,7 @@ impl AppState {
             metrics: self.metrics.clone(),
             max_body_bytes: self.max_body_bytes,
             routers: self.routers.clone(),
+            forward_rules: self.forward_rules.clone(),
         }
     }
 }

@@ -6,6 +6,7 @@ use crate::app::{
 };
 use crate::discovery::{check_address, parse_endpoint_flag, EndpointSource};
 use anyhow::Context;
+use pdgate_coordinator::header_rules::ForwardRules;
 use pdgate_scheduler::{Scheduler, DEFAULT_CONFIG_YAML};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -49,6 +50,10 @@ pub struct ServeArgs {
     /// (another `pdgate serve`, or any gateway + EPP reading `x-llm-d-epp-profile`).
     #[arg(long, requires = "decode_router")]
     pub prefill_router: Option<String>,
+    /// The encode router's `HOST:PORT` (with `--prefill-router`): requests with image, audio
+    /// or video parts get one encode leg per item before prefill.
+    #[arg(long, requires = "prefill_router")]
+    pub encode_router: Option<String>,
     /// The decode router's `HOST:PORT` (with `--prefill-router`).
     #[arg(long, requires = "prefill_router")]
     pub decode_router: Option<String>,
@@ -56,6 +61,11 @@ pub struct ServeArgs {
     /// 412 run prefill then decode (conditional decode, design.md §4).
     #[arg(long, requires = "decode_router")]
     pub conditional_decode: bool,
+    /// Response headers captured from every phase response (2xx and a conditional-decode
+    /// 412) and sent on later legs, comma-separated; replaces the default
+    /// `x-llm-d-disagg-revision`; an empty value forwards nothing.
+    #[arg(long, value_delimiter = ',', num_args = 0..)]
+    pub forward_response_headers: Option<Vec<String>>,
 }
 
 /// Loads the scheduler config named by `path`, or the built-in default.
@@ -115,10 +125,23 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     opts.max_body_bytes = args.max_body_bytes;
     opts.scrape_interval = Duration::from_millis(args.scrape_interval_ms);
     opts.upstream_timeout = Duration::from_secs(args.upstream_timeout_secs);
+    if let Some(names) = &args.forward_response_headers {
+        let names: Vec<&str> = names
+            .iter()
+            .map(|n| n.trim())
+            .filter(|n| !n.is_empty())
+            .collect();
+        opts.forward_rules = ForwardRules::new(&names)?;
+    }
     if let (Some(p), Some(d)) = (&args.prefill_router, &args.decode_router) {
         check_address(p).map_err(|e| anyhow::anyhow!("--prefill-router: {e}"))?;
         check_address(d).map_err(|e| anyhow::anyhow!("--decode-router: {e}"))?;
-        opts.routers = Some(PhaseRouters::new(p, d, args.conditional_decode));
+        let mut routers = PhaseRouters::new(p, d, args.conditional_decode);
+        if let Some(e) = &args.encode_router {
+            check_address(e).map_err(|e| anyhow::anyhow!("--encode-router: {e}"))?;
+            routers = routers.with_encode(e);
+        }
+        opts.routers = Some(routers);
     }
     let (state, _tasks) = start_state(opts).await?;
     let threads = args

@@ -90,6 +90,10 @@ impl ApiError {
                 source: DispatchError::Timeout { .. },
                 ..
             }) => StatusCode::GATEWAY_TIMEOUT,
+            ApiError::Pipeline(PipelineError::Dispatch {
+                source: DispatchError::Unscheduled { status, .. },
+                ..
+            }) => StatusCode::from_u16(*status).unwrap_or(StatusCode::SERVICE_UNAVAILABLE),
             ApiError::Pipeline(_) | ApiError::UpstreamServerError { .. } => StatusCode::BAD_GATEWAY,
         }
     }

@@ -5,18 +5,18 @@
 use crate::app::AppState;
 use crate::body::GuardedBody;
 use crate::errors::ApiError;
-use crate::upstream::Upstream;
 use axum::body::Body;
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 use hyper::body::Incoming;
-use pdgate_api::{headers, InferenceRequest, Phase};
+use parking_lot::Mutex;
+use pdgate_api::{headers, InferenceRequest, Phase, PromptInput};
 use pdgate_coordinator::{
     header_rules, DispatchError, Dispatcher, Outcome, PhaseRequest, PhaseResponse, PipelineError,
     Plan, Target, Trace,
 };
-use pdgate_scheduler::{Pick, Scheduler, SchedulingResult};
+use pdgate_scheduler::{Pick, SchedulingRequest, SchedulingResult};
 use std::time::Instant;
 
 /// The dispatch target of a pick: the endpoint's name, address and revision.
@@ -29,13 +29,80 @@ pub fn target(p: &Pick) -> Target {
     }
 }
 
+/// Target name of in-process encode legs: the dispatcher picks an encode endpoint per leg.
+pub const LOCAL_ENCODE: &str = "encode";
+
 /// In-process dispatch: each leg goes to its endpoint over the pooled client, and the
 /// scheduler's `ResponseHeader` hooks run on each phase response head (they stamp headers
-/// the coordinator then sees, and producers learn what the engine now holds).
+/// the coordinator then sees, and producers learn what the engine now holds). Encode legs
+/// (one per media item) are scheduled here, each through the `encode` profile with the
+/// leg's headers (so the request's decision id shares one revision draw).
 struct LocalDispatch<'a> {
-    upstream: &'a Upstream,
-    scheduler: &'a Scheduler,
+    state: &'a AppState,
     result: Option<&'a SchedulingResult>,
+    model: &'a str,
+    /// The request's revision decision id (local scheduling only).
+    decision_id: Option<&'a HeaderValue>,
+    /// Encode picks, booked until the request ends.
+    encode_picks: Mutex<Vec<Pick>>,
+}
+
+impl LocalDispatch<'_> {
+    fn stamp(&self, pick: &Pick, resp: &mut PhaseResponse<Incoming>) {
+        for (name, value) in self.state.scheduler.response_received(pick, resp.status) {
+            if let (Ok(n), Ok(v)) = (
+                HeaderName::from_bytes(name.as_bytes()),
+                HeaderValue::from_str(&value),
+            ) {
+                resp.headers.insert(n, v);
+            }
+        }
+    }
+
+    async fn dispatch_encode(
+        &self,
+        mut leg: PhaseRequest,
+    ) -> Result<PhaseResponse<Incoming>, DispatchError> {
+        let snapshot = self.state.registry.snapshot();
+        let prompt = PromptInput::Text(String::new());
+        let rid = leg
+            .headers
+            .get(headers::REQUEST_ID)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_string();
+        // The scheduler sees the leg's headers plus the request's decision id (shared by
+        // every encode pick of the request); the engine never gets the id.
+        let mut view = leg.headers.clone();
+        if let Some(id) = self.decision_id {
+            view.insert(headers::REVISION_DECISION_ID, id.clone());
+        }
+        let picked = self.state.scheduler.schedule(
+            &SchedulingRequest {
+                profile: Some(LOCAL_ENCODE),
+                headers: &crate::proxy::Headers(&view),
+                ..SchedulingRequest::new(&rid, self.model, &prompt)
+            },
+            &snapshot,
+        );
+        let mut pick = match picked {
+            Ok(r) => r.decode,
+            Err(rejected) => {
+                let reason = rejected.to_string();
+                let status = ApiError::Rejected(rejected).status().as_u16();
+                return Err(DispatchError::Unscheduled { status, reason });
+            }
+        };
+        pick.phase = Phase::Encode;
+        leg.target = target(&pick);
+        let mut resp = self.state.upstream.dispatch(leg).await?;
+        self.stamp(&pick, &mut resp);
+        if (200..300).contains(&resp.status) {
+            pick.guard.complete();
+        }
+        self.encode_picks.lock().push(pick);
+        Ok(resp)
+    }
 }
 
 impl Dispatcher for LocalDispatch<'_> {
@@ -43,27 +110,36 @@ impl Dispatcher for LocalDispatch<'_> {
 
     async fn dispatch(&self, leg: PhaseRequest) -> Result<PhaseResponse<Incoming>, DispatchError> {
         let phase = leg.phase;
-        let mut resp = self.upstream.dispatch(leg).await?;
+        if phase == Phase::Encode && leg.target.name == LOCAL_ENCODE {
+            return self.dispatch_encode(leg).await;
+        }
+        let mut resp = self.state.upstream.dispatch(leg).await?;
         let pick = self.result.and_then(|r| match phase {
             Phase::Prefill => r.prefill.as_ref(),
             _ => Some(&r.decode),
         });
         if let Some(pick) = pick {
-            for (name, value) in self.scheduler.response_received(pick, resp.status) {
-                if let (Ok(n), Ok(v)) = (
-                    HeaderName::from_bytes(name.as_bytes()),
-                    HeaderValue::from_str(&value),
-                ) {
-                    resp.headers.insert(n, v);
-                }
-            }
+            self.stamp(pick, &mut resp);
         }
         Ok(resp)
     }
 
     async fn collect(&self, endpoint: &str, body: Incoming) -> Result<Bytes, DispatchError> {
-        self.upstream.collect(endpoint, body).await
+        self.state.upstream.collect(endpoint, body).await
     }
+}
+
+/// One parsed client request, as the pipeline sends it.
+#[derive(Clone, Copy)]
+pub struct Ingress<'a> {
+    /// The parsed body.
+    pub req: &'a InferenceRequest,
+    /// The body as received.
+    pub raw: &'a Bytes,
+    /// Headers for every leg (header rules applied).
+    pub upstream_headers: &'a HeaderMap,
+    /// `x-request-id`.
+    pub rid: &'a HeaderValue,
 }
 
 /// Runs `plan` and answers the client. `result` holds the local picks (`None` when the plan
@@ -71,22 +147,36 @@ impl Dispatcher for LocalDispatch<'_> {
 /// included, names the endpoints known to have served each phase and carries `rid`.
 pub async fn forward(
     state: &AppState,
-    req: &InferenceRequest,
-    raw: &Bytes,
-    upstream_headers: &HeaderMap,
+    ingress: &Ingress<'_>,
     plan: &Plan,
     result: Option<SchedulingResult>,
-    rid: &HeaderValue,
+    decision_id: Option<&HeaderValue>,
 ) -> Response {
+    let Ingress {
+        req,
+        raw,
+        upstream_headers,
+        rid,
+    } = *ingress;
     let mut trace = Trace::default();
     let leg_started = Instant::now();
     let dispatcher = LocalDispatch {
-        upstream: &state.upstream,
-        scheduler: &state.scheduler,
+        state,
         result: result.as_ref(),
+        model: &req.model,
+        decision_id,
+        encode_picks: Mutex::new(Vec::new()),
     };
-    let outcome =
-        pdgate_coordinator::run(&dispatcher, plan, req, raw, upstream_headers, &mut trace).await;
+    let outcome = pdgate_coordinator::run(
+        &dispatcher,
+        plan,
+        req,
+        raw,
+        upstream_headers,
+        &state.forward_rules,
+        &mut trace,
+    )
+    .await;
     if let Some(p) = trace.probe {
         state
             .metrics
@@ -140,21 +230,21 @@ async fn respond(
     let outcome = outcome.inspect_err(|e| {
         let phase = match e {
             PipelineError::Dispatch { phase, .. } => phase.as_str(),
-            _ => "prefill",
+            PipelineError::BadEncodeResponse { .. } => "encode",
+            PipelineError::BadPrefillResponse { .. } => "prefill",
         };
         state.metrics.count_phase(phase, "error");
     })?;
     let resp = match outcome {
-        Outcome::PrefillRejected(r) => {
+        Outcome::Rejected {
+            phase,
+            target,
+            response,
+        } => {
             state
                 .metrics
-                .count_phase("prefill", &status_label(r.status));
-            let prefill = plan
-                .prefill
-                .as_ref()
-                .map(|t| t.name.clone())
-                .unwrap_or_default();
-            return passthrough_error("prefill", prefill, r, plan.routed);
+                .count_phase(phase.as_str(), &status_label(response.status));
+            return passthrough_error(phase.as_str(), target, response, plan.routed);
         }
         Outcome::Final(r) => r,
     };

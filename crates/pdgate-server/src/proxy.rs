@@ -9,7 +9,7 @@ use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, StatusCode};
 use pdgate_api::{headers, prefer, ApiKind, InferenceRequest};
-use pdgate_coordinator::{header_rules, Plan};
+use pdgate_coordinator::{Plan, Target};
 use pdgate_scheduler::{Rejection, RequestHeaders, SchedulingRequest};
 use std::sync::Arc;
 use std::time::Instant;
@@ -107,6 +107,30 @@ fn profile_header(h: &HeaderMap) -> Result<Option<&str>, ApiError> {
     Ok(None)
 }
 
+/// The in-process encode target when this router can run an encode step: its config has
+/// an `encode` profile and some schedulable endpoint has an encode role.
+fn local_encode(state: &AppState, snapshot: &pdgate_scheduler::Snapshot) -> Option<Target> {
+    let has_profile = state
+        .scheduler
+        .profile_names()
+        .any(|p| p == forward::LOCAL_ENCODE);
+    let has_encoder = snapshot
+        .endpoints
+        .iter()
+        .any(|e| e.endpoint.schedulable() && e.endpoint.role.is_some_and(|r| r.can_encode()));
+    (has_profile && has_encoder).then(|| Target {
+        name: forward::LOCAL_ENCODE.into(),
+        address: String::new(),
+        revision: None,
+    })
+}
+
+/// A fresh `x-llm-d-revision-decision-id` (UUID v4).
+fn decision_id() -> HeaderValue {
+    HeaderValue::from_str(&uuid::Uuid::new_v4().to_string())
+        .unwrap_or(HeaderValue::from_static("pdgate"))
+}
+
 fn request_id(client: &HeaderMap) -> HeaderValue {
     client
         .get(headers::REQUEST_ID)
@@ -119,7 +143,7 @@ fn request_id(client: &HeaderMap) -> HeaderValue {
 }
 
 /// Request headers as the scheduler's plugins read them.
-struct Headers<'a>(&'a HeaderMap);
+pub(crate) struct Headers<'a>(pub(crate) &'a HeaderMap);
 
 impl RequestHeaders for Headers<'_> {
     fn header(&self, name: &str) -> Option<&str> {
@@ -134,23 +158,57 @@ async fn run(
     body: Body,
     rid: &HeaderValue,
 ) -> Result<Response, ApiError> {
+    let mut own_view: HeaderMap;
     let raw = read_body(body, state.max_body_bytes, &client_headers).await?;
     let req = InferenceRequest::parse(api, &raw)?;
-    let upstream_headers = header_rules::upstream_request_headers(&client_headers, rid);
+    let mut upstream_headers = state
+        .forward_rules
+        .upstream_request_headers(&client_headers, rid);
+    let ingress = |upstream_headers| forward::Ingress {
+        req: &req,
+        raw: &raw,
+        upstream_headers,
+        rid,
+    };
+
     if let Some(routers) = &state.routers {
+        // One decision id per request, on every leg to a router: fan-out legs (parallel
+        // encodes) then share one revision draw (design.md §5.1). A client's value was
+        // stripped as router-owned.
+        upstream_headers.insert(headers::REVISION_DECISION_ID, decision_id());
         // Coordinator of per-role routers: they schedule; the plan names them.
         let plan = Plan {
             prefill: Some(routers.prefill.clone()),
             decode: routers.decode.clone(),
+            encode: routers.encode.clone(),
             routed: true,
             conditional: routers.conditional_decode,
         };
-        return Ok(forward::forward(state, &req, &raw, &upstream_headers, &plan, None, rid).await);
+        return Ok(forward::forward(state, &ingress(&upstream_headers), &plan, None, None).await);
     }
     if !state.model_may_exist(&req.model) {
         return Err(ApiError::ModelNotFound(req.model));
     }
     let profile = profile_header(&client_headers)?;
+    // Without a profile header this router is the client's coordinator: the client's own
+    // copies of forwarded headers (e.g. `x-llm-d-disagg-revision`) are discarded before the
+    // screeners see them (design.md §5.3). With one, the caller is a coordinator whose
+    // forwarded headers are the contract between hops.
+    let scheduler_headers = if profile.is_some() {
+        Headers(&client_headers)
+    } else {
+        own_view = client_headers.clone();
+        for name in state
+            .forward_rules
+            .names()
+            .chain(headers::INTERNAL.iter().copied())
+        {
+            own_view.remove(name);
+        }
+        // This request's own decision id, for the local encode picks (never sent upstream).
+        own_view.insert(headers::REVISION_DECISION_ID, decision_id());
+        Headers(&own_view)
+    };
     let conditional = prefer::prefers(
         client_headers
             .get_all(headers::PREFER)
@@ -158,6 +216,10 @@ async fn run(
             .filter_map(|v| v.to_str().ok()),
         prefer::IF_AVAILABLE,
     );
+    let decision = scheduler_headers
+        .0
+        .get(headers::REVISION_DECISION_ID)
+        .cloned();
     let snapshot = state.registry.snapshot();
     let started = Instant::now();
     let result = state
@@ -166,7 +228,7 @@ async fn run(
             &SchedulingRequest {
                 profile,
                 conditional,
-                headers: &Headers(&client_headers),
+                headers: &scheduler_headers,
                 ..SchedulingRequest::new(rid.to_str().unwrap_or_default(), &req.model, &req.prompt)
             },
             &snapshot,
@@ -191,17 +253,16 @@ async fn run(
             .filter(|_| split)
             .map(forward::target),
         decode: forward::target(&result.decode),
+        encode: local_encode(state, &snapshot),
         routed: false,
         conditional: false,
     };
     Ok(forward::forward(
         state,
-        &req,
-        &raw,
-        &upstream_headers,
+        &ingress(&upstream_headers),
         &plan,
         Some(result),
-        rid,
+        decision.as_ref(),
     )
     .await)
 }

@@ -14,14 +14,14 @@ pub struct SimArgs {
     /// First port; worker i listens on port+i (0 = ephemeral ports).
     #[arg(long, default_value_t = 8000)]
     pub port: u16,
-    /// Host written into kv_transfer_params.remote_host (default: the listen address, or
+    /// Host written into kv_transfer_params.remote_host and ec_transfer_params (default: the listen address, or
     /// 127.0.0.1 when listening on 0.0.0.0 / ::).
     #[arg(long)]
     pub advertise_host: Option<String>,
     /// Number of workers [default: 1, or the length of --roles].
     #[arg(long, conflicts_with = "fleet")]
     pub workers: Option<usize>,
-    /// Role of every worker: prefill, decode, prefill-decode (alias both).
+    /// Role of every worker: prefill, decode, prefill-decode (alias both), encode.
     #[arg(long, default_value = "prefill-decode", conflicts_with_all = ["roles", "fleet"])]
     pub role: String,
     /// One role per worker, comma separated (e.g. prefill,decode,decode).
@@ -79,6 +79,12 @@ pub struct SimArgs {
     /// Wall-clock delay before each inference request is processed.
     #[arg(long, default_value_t = DEFAULT_SLOW_START_MS)]
     pub slow_start_ms: u64,
+    /// Encoder cost of one media item (image, audio, video), simulated milliseconds.
+    #[arg(long, default_value_t = DEFAULT_ENCODE_MS_PER_ITEM)]
+    pub encode_ms_per_item: f64,
+    /// Lifetime of an encoder-cache lease, wall-clock seconds [default: --lease-ttl-secs].
+    #[arg(long)]
+    pub ec_lease_ttl_secs: Option<u64>,
 }
 
 impl SimArgs {
@@ -101,6 +107,8 @@ impl SimArgs {
             abort_rate: self.abort_rate,
             slow_start: Duration::from_millis(self.slow_start_ms),
             advertise_host: self.advertise_host.clone(),
+            encode_ms_per_item: self.encode_ms_per_item,
+            ec_lease_ttl: self.ec_lease_ttl_secs.map(Duration::from_secs),
         }
     }
 
@@ -153,5 +161,34 @@ mod tests {
         assert_eq!(cli.sim.plan().unwrap().len(), 2);
         assert!(Cli::try_parse_from(["sim", "--roles", "decode", "--fleet", "f.yaml"]).is_err());
         assert!(Cli::try_parse_from(["sim", "--role", "decode", "--roles", "decode"]).is_err());
+    }
+
+    #[test]
+    fn encode_role_and_knobs() {
+        let cli = Cli::try_parse_from([
+            "sim",
+            "--role",
+            "encode",
+            "--workers",
+            "2",
+            "--encode-ms-per-item",
+            "5",
+            "--ec-lease-ttl-secs",
+            "30",
+        ])
+        .unwrap();
+        let plan = cli.sim.plan().unwrap();
+        let names: Vec<_> = plan
+            .iter()
+            .map(|w| (w.spec.name.as_str(), w.spec.role.as_str()))
+            .collect();
+        assert_eq!(names, vec![("encode-0", "encode"), ("encode-1", "encode")]);
+        let cfg = cli.sim.config();
+        assert_eq!(cfg.encode_ms_per_item, 5.0);
+        assert_eq!(cfg.ec_ttl(), Duration::from_secs(30));
+        assert_eq!(
+            SimConfig::default().ec_ttl(),
+            SimConfig::default().lease_ttl
+        );
     }
 }

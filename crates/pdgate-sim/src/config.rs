@@ -34,6 +34,8 @@ pub const DEFAULT_ERROR_STATUS: u16 = 500;
 pub const DEFAULT_ABORT_RATE: f64 = 0.0;
 /// Wall-clock delay before a request is processed (its first byte).
 pub const DEFAULT_SLOW_START_MS: u64 = 0;
+/// Encoder cost of one media item (image, audio or video), in simulated milliseconds.
+pub const DEFAULT_ENCODE_MS_PER_ITEM: f64 = 20.0;
 /// Output length when a request names none (vLLM's completions default).
 pub const DEFAULT_MAX_TOKENS: usize = 16;
 
@@ -70,9 +72,13 @@ pub struct SimConfig {
     pub abort_rate: f64,
     /// Wall-clock delay before each inference request is processed (not divided by `speedup`).
     pub slow_start: Duration,
-    /// Host written into `kv_transfer_params.remote_host`; `None` = the listener's IP
-    /// (127.0.0.1 when it listens on an unspecified address).
+    /// Host written into `kv_transfer_params.remote_host` and `ec_transfer_params[*].remote_host`;
+    /// `None` = the listener's IP (127.0.0.1 when it listens on an unspecified address).
     pub advertise_host: Option<String>,
+    /// Encoder cost of one media item, simulated milliseconds (divided by `speedup`).
+    pub encode_ms_per_item: f64,
+    /// Lifetime of an encoder-cache lease (wall clock); `None` = `lease_ttl`.
+    pub ec_lease_ttl: Option<Duration>,
 }
 
 impl Default for SimConfig {
@@ -94,6 +100,8 @@ impl Default for SimConfig {
             abort_rate: DEFAULT_ABORT_RATE,
             slow_start: Duration::from_millis(DEFAULT_SLOW_START_MS),
             advertise_host: None,
+            encode_ms_per_item: DEFAULT_ENCODE_MS_PER_ITEM,
+            ec_lease_ttl: None,
         }
     }
 }
@@ -138,10 +146,23 @@ impl SimConfig {
             "--lease-ttl-secs must be at least 1 (a lease that expires at once can never be pulled)"
         );
         anyhow::ensure!(
+            self.encode_ms_per_item.is_finite() && self.encode_ms_per_item >= 0.0,
+            "--encode-ms-per-item must be zero or more"
+        );
+        anyhow::ensure!(
+            self.ec_lease_ttl != Some(Duration::ZERO),
+            "--ec-lease-ttl-secs must be at least 1 (a lease that expires at once can never be pulled)"
+        );
+        anyhow::ensure!(
             (400..=599).contains(&self.error_status),
             "--error-status must be an HTTP error status (400..=599)"
         );
         Ok(())
+    }
+
+    /// Lifetime of an encoder-cache lease: `ec_lease_ttl`, else the KV `lease_ttl`.
+    pub fn ec_ttl(&self) -> Duration {
+        self.ec_lease_ttl.unwrap_or(self.lease_ttl)
     }
 
     /// Simulated duration of `ms` milliseconds, divided by `speedup`.
@@ -155,9 +176,11 @@ impl SimConfig {
 pub struct WorkerSpec {
     /// Worker name, reported in `x-sim-worker` and used in engine ids.
     pub name: String,
-    /// Role label: `prefill`, `decode`, `prefill-decode` (alias `both`), or an encode role.
+    /// Role label: `prefill`, `decode`, `prefill-decode` (alias `both`), `encode` (serves only
+    /// encode legs, see README "Encode role"), `encode-prefill` or `encode-prefill-decode` (which
+    /// behave as `prefill` and `prefill-decode`).
     pub role: String,
-    /// Revision label; prefill and decode of different revisions refuse to hand KV over.
+    /// Revision label; workers of different revisions refuse to hand KV or encoder output over.
     pub revision: Option<String>,
     /// Other labels, reported by `GET /sim/info`.
     pub labels: BTreeMap<String, String>,

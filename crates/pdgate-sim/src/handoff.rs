@@ -201,11 +201,7 @@ impl PullTarget {
             .clone()
             .filter(|s| !s.is_empty())
             .ok_or_else(|| missing("remote_request_id"))?;
-        let addr = if host.contains(':') && !host.starts_with('[') {
-            format!("[{host}]:{port}")
-        } else {
-            format!("{host}:{port}")
-        };
+        let addr = join_host_port(&host, port);
         Ok(PullTarget {
             engine_id,
             addr,
@@ -316,7 +312,17 @@ pub async fn pull(
     }
 }
 
-fn error_chain(e: &dyn std::error::Error) -> String {
+/// `host:port`, with an IPv6 host in brackets.
+pub(crate) fn join_host_port(host: &str, port: u16) -> String {
+    if host.contains(':') && !host.starts_with('[') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
+    }
+}
+
+/// An error and its sources, `: `-separated.
+pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
     let mut s = e.to_string();
     let mut src = e.source();
     while let Some(inner) = src {

@@ -5,7 +5,9 @@
 //! names, a prefix cache with refcounts and LRU eviction, a continuous-batching step loop
 //! priced by the Dynamo mocker cost model, and the vLLM NIXL P/D handshake over a real HTTP side
 //! channel (`/kv/pull`) that refuses unknown engines, expired or consumed leases, and engines of
-//! another revision. See README.md for flags, the handoff protocol and the fleet file.
+//! another revision. Encode workers (`--role encode`, encoder disaggregation as vLLM's EPD) encode
+//! the media of chat requests and hand the output to prefills over `/ec/pull`. See README.md for
+//! flags, the handoff protocols and the fleet file.
 //!
 //! - [`run`]: what `pdgate sim` runs (starts the fleet, serves until ctrl-c).
 //! - [`spawn_worker`] / [`spawn_fleet`]: in-process workers for tests and the demo.
@@ -13,6 +15,7 @@
 mod cli;
 pub mod config;
 pub mod cost;
+pub mod ec_handoff;
 mod engine;
 pub mod fleet;
 pub mod handoff;

@@ -44,6 +44,15 @@ pub struct Metrics {
     pub leases: IntGauge,
     /// `pdgate_sim_injected_failures_total{kind}`: injected errors and aborts.
     pub injected: IntCounterVec,
+    /// `pdgate_sim_ec_handoffs_total{result}`: requests with `ec_transfer_params`, by result.
+    pub ec_handoffs: IntCounterVec,
+    /// `pdgate_sim_ec_pulls_total{result}`: encoder pulls served by this (encode) worker.
+    pub ec_pulls: IntCounterVec,
+    /// `pdgate_sim_ec_leases`: live encoder-cache leases.
+    pub ec_leases: IntGauge,
+    /// `pdgate_sim_mm_items_total{source}`: media items by who encoded them (`encoder`: this
+    /// encode worker for a remote prefill; `local`: this worker for itself; `remote`: pulled).
+    pub mm_items: IntCounterVec,
 }
 
 impl Metrics {
@@ -138,6 +147,35 @@ impl Metrics {
                 &["kind"],
             )
             .expect("valid metric"),
+            ec_handoffs: IntCounterVec::new(
+                opts(
+                    "pdgate_sim_ec_handoffs_total",
+                    "Requests with ec_transfer_params, by encoder handoff result.",
+                ),
+                &["result"],
+            )
+            .expect("valid metric"),
+            ec_pulls: IntCounterVec::new(
+                opts(
+                    "pdgate_sim_ec_pulls_total",
+                    "Encoder pulls answered by this worker's encoder cache, by result.",
+                ),
+                &["result"],
+            )
+            .expect("valid metric"),
+            ec_leases: IntGauge::with_opts(opts(
+                "pdgate_sim_ec_leases",
+                "Live encoder-cache leases.",
+            ))
+            .expect("valid metric"),
+            mm_items: IntCounterVec::new(
+                opts(
+                    "pdgate_sim_mm_items_total",
+                    "Media items by source (encoder, local, remote).",
+                ),
+                &["source"],
+            )
+            .expect("valid metric"),
             registry,
         };
         let cache_info = IntGauge::with_opts(
@@ -150,6 +188,8 @@ impl Metrics {
         m.request_success.with_label_values(&["length"]);
         m.handoffs.with_label_values(&["ok"]);
         m.pulls.with_label_values(&["ok"]);
+        m.ec_handoffs.with_label_values(&["ok"]);
+        m.ec_pulls.with_label_values(&["ok"]);
         let r = &m.registry;
         let collectors: Vec<Box<dyn prometheus::core::Collector>> = vec![
             Box::new(cache_info),
@@ -167,6 +207,10 @@ impl Metrics {
             Box::new(m.pulls.clone()),
             Box::new(m.leases.clone()),
             Box::new(m.injected.clone()),
+            Box::new(m.ec_handoffs.clone()),
+            Box::new(m.ec_pulls.clone()),
+            Box::new(m.ec_leases.clone()),
+            Box::new(m.mm_items.clone()),
         ];
         for c in collectors {
             r.register(c).expect("metric registered once");

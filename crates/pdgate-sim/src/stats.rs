@@ -42,4 +42,21 @@ pub struct WorkerStats {
     pub kv_blocks_total: usize,
     /// Live prefill leases now.
     pub leases: usize,
+    /// Media items this worker encoded: for encode legs (encode role) and for its own
+    /// requests (`local_encoded_items`).
+    pub encode_items: u64,
+    /// Media items of this worker's requests that it encoded itself (no `ec_transfer_params`).
+    pub local_encoded_items: u64,
+    /// Media items of this worker's requests whose encoder output came from an encode worker.
+    pub remote_encoded_items: u64,
+    /// Requests whose encoder handoff failed, by reason (`malformed`, `missing_entry`,
+    /// `unknown_engine`, `unknown_lease`, `expired`, `consumed`, `revision_mismatch`,
+    /// `hash_mismatch`, `unreachable`).
+    pub ec_handoff_rejections: BTreeMap<String, u64>,
+    /// Pulls of this worker's encoder leases that succeeded.
+    pub ec_pulls_served: u64,
+    /// Pulls of this worker's encoder leases that it refused, by reason.
+    pub ec_pull_rejections: BTreeMap<String, u64>,
+    /// Live encoder-cache leases now.
+    pub ec_leases: usize,
 }

@@ -18,6 +18,7 @@ pub mod prefix_cache_scorer;
 pub mod queue_scorer;
 pub mod random_picker;
 pub mod role_filter;
+pub mod rollout;
 pub mod round_robin_picker;
 pub mod running_requests_size_scorer;
 pub mod session_affinity_scorer;

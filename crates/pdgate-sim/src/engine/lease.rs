@@ -1,6 +1,7 @@
-//! Leases: the prompt blocks a prefill leg keeps referenced for one remote decode, until it
-//! pulls them (single consumer) or the TTL runs out. Ended leases leave a tombstone so that a
-//! second pull is told "consumed" or "expired" rather than "unknown".
+//! Leases: the prompt blocks a prefill leg keeps referenced for one remote decode (or the
+//! encoder output an encode leg keeps for one prefill, [`super::ec::EcLease`]), until it is
+//! pulled (single consumer) or the TTL runs out. Ended leases leave a tombstone so that a second
+//! pull is told "consumed" or "expired" rather than "unknown".
 
 use super::cache::BlockId;
 use lru::LruCache;
@@ -26,6 +27,18 @@ pub struct Lease {
     pub expires_at: Instant,
 }
 
+/// What a lease table holds: anything with an expiry.
+pub trait Expiring {
+    /// When the engine ends the lease if nobody pulled it.
+    fn expires_at(&self) -> Instant;
+}
+
+impl Expiring for Lease {
+    fn expires_at(&self) -> Instant {
+        self.expires_at
+    }
+}
+
 /// How a lease ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Ended {
@@ -35,15 +48,15 @@ pub enum Ended {
     Expired,
 }
 
-/// Live leases and tombstones.
-pub struct Leases {
-    live: HashMap<String, Lease>,
+/// Live leases and tombstones (KV leases by default).
+pub struct Leases<T = Lease> {
+    live: HashMap<String, T>,
     /// Expiry order (leases share one TTL, so creation order is expiry order).
     order: VecDeque<(Instant, String)>,
     ended: LruCache<String, Ended>,
 }
 
-impl Default for Leases {
+impl<T> Default for Leases<T> {
     fn default() -> Self {
         Leases {
             live: HashMap::new(),
@@ -53,20 +66,20 @@ impl Default for Leases {
     }
 }
 
-impl Leases {
+impl<T: Expiring> Leases<T> {
     /// Live leases.
     pub fn len(&self) -> usize {
         self.live.len()
     }
 
     /// Adds a lease under `id`.
-    pub fn insert(&mut self, id: String, lease: Lease) {
-        self.order.push_back((lease.expires_at, id.clone()));
+    pub fn insert(&mut self, id: String, lease: T) {
+        self.order.push_back((lease.expires_at(), id.clone()));
         self.live.insert(id, lease);
     }
 
     /// The live lease `id`.
-    pub fn get(&self, id: &str) -> Option<&Lease> {
+    pub fn get(&self, id: &str) -> Option<&T> {
         self.live.get(id)
     }
 
@@ -76,14 +89,14 @@ impl Leases {
     }
 
     /// Removes lease `id`, leaving a tombstone; returns it so the caller releases its blocks.
-    pub fn end(&mut self, id: &str, how: Ended) -> Option<Lease> {
+    pub fn end(&mut self, id: &str, how: Ended) -> Option<T> {
         let lease = self.live.remove(id)?;
         self.ended.put(id.to_string(), how);
         Some(lease)
     }
 
     /// Ends every lease whose TTL ran out by `now`; returns them for release.
-    pub fn expire(&mut self, now: Instant) -> Vec<Lease> {
+    pub fn expire(&mut self, now: Instant) -> Vec<T> {
         let mut out = Vec::new();
         while let Some((at, _)) = self.order.front() {
             if *at > now {

@@ -7,6 +7,7 @@
 //! released.
 
 pub mod cache;
+pub mod ec;
 pub mod lease;
 pub mod sched;
 pub mod seq;

@@ -3,6 +3,7 @@
 //! [`EngineState::complete`] (advance prefills, emit one token per decoding request, finish).
 
 use super::cache::{block_hashes, blocks_for, BlockId, PrefixCache};
+use super::ec::EcLease;
 use super::lease::{Ended, Lease, Leases};
 use super::seq::{Finish, LeaseInfo, Seq, SeqEvent, SeqMode};
 use crate::config::SimConfig;
@@ -18,22 +19,27 @@ use tokio::time::Instant;
 pub enum Plan {
     /// Run a step of this many simulated milliseconds.
     Step(f64),
-    /// Nothing to run; wake at this instant (next lease expiry) or on a new request.
+    /// Nothing to run; wake at this instant (next KV or encoder lease expiry) or on a new
+    /// request.
     Idle(Option<Instant>),
 }
 
 /// Everything the engine task and the HTTP handlers share, behind one mutex.
+/// (`impl` blocks: here the step, in `ec.rs` the encoder cache.)
 pub struct EngineState {
     pub(super) cfg: SimConfig,
     pub(super) engine_id: String,
     pub(super) revision: Option<String>,
     pub(super) cache: PrefixCache,
     pub(super) leases: Leases,
+    /// Encoder-cache leases (encode workers).
+    pub(super) ec_leases: Leases<EcLease>,
     pub(super) waiting: VecDeque<Seq>,
     pub(super) running: Vec<Seq>,
     pub(super) counters: WorkerStats,
     pub(super) closed: bool,
     next_lease: u64,
+    pub(super) next_ec_lease: u64,
 }
 
 impl EngineState {
@@ -45,11 +51,13 @@ impl EngineState {
             engine_id,
             revision,
             leases: Leases::default(),
+            ec_leases: Leases::default(),
             waiting: VecDeque::new(),
             running: Vec::new(),
             counters: WorkerStats::default(),
             closed: false,
             next_lease: 0,
+            next_ec_lease: 0,
         }
     }
 
@@ -129,7 +137,8 @@ impl EngineState {
         }
         self.update_gauges(m);
         if uncached == 0 && decoding == 0 {
-            return Plan::Idle(self.leases.next_expiry());
+            let next = [self.leases.next_expiry(), self.ec_leases.next_expiry()];
+            return Plan::Idle(next.into_iter().flatten().min());
         }
         Plan::Step(cost::step_ms(uncached, decoding > 0, self.cache.usage()))
     }
@@ -249,6 +258,9 @@ impl EngineState {
             self.cache.release(&l.blocks);
             m.pulls.with_label_values(&["expired_unpulled"]).inc();
         }
+        for _ in self.ec_leases.expire(now) {
+            m.ec_pulls.with_label_values(&["expired_unpulled"]).inc();
+        }
     }
 
     /// Answers a pull of one of this engine's leases. On success the lease ends and its blocks
@@ -337,6 +349,7 @@ impl EngineState {
         m.waiting.set(self.waiting.len() as i64);
         m.kv_usage.set(self.cache.usage());
         m.leases.set(self.leases.len() as i64);
+        m.ec_leases.set(self.ec_leases.len() as i64);
     }
 
     /// Counters plus current load.
@@ -347,6 +360,7 @@ impl EngineState {
             kv_blocks_used: self.cache.referenced(),
             kv_blocks_total: self.cache.capacity(),
             leases: self.leases.len(),
+            ec_leases: self.ec_leases.len(),
             ..self.counters.clone()
         }
     }

@@ -1,8 +1,10 @@
 //! `POST /v1/completions` and `POST /v1/chat/completions`: parse, inject failures, run the P/D
-//! handshake for decode legs, queue the request on the engine, and answer JSON or SSE.
+//! handshake for decode legs, get the media's encoder output (pulled or encoded here; encode
+//! workers answer encode legs instead, see `encode.rs`), queue the request on the engine, and
+//! answer JSON or SSE.
 
 use super::shape::{self, Shape, DONE};
-use super::{error, Worker};
+use super::{encode, error, request_id, Worker};
 use crate::config::DEFAULT_MAX_TOKENS;
 use crate::cost;
 use crate::engine::{Finish, SeqEvent, SeqMode, SeqRequest, SubmitError};
@@ -14,7 +16,8 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use bytes::Bytes;
 use http::{header, HeaderMap, HeaderValue};
-use pdgate_api::{headers, ApiKind, InferenceRequest, KvTransferParams};
+use pdgate_api::media::media_items;
+use pdgate_api::{ApiKind, InferenceRequest, KvTransferParams, Role};
 use serde_json::{json, Value};
 use std::sync::Arc;
 use tokio::sync::mpsc;
@@ -55,6 +58,17 @@ async fn infer(w: Arc<Worker>, kind: ApiKind, headers: HeaderMap, body: Bytes) -
     if req.model != w.cfg.model {
         return error(404, format!("The model `{}` does not exist.", req.model));
     }
+    let media = media_items(&req.body);
+    if w.role == Role::Encode {
+        if let Err(m) = encode::check_encode_leg(&req, &media) {
+            return error(400, m);
+        }
+        if let Some(resp) = inject_and_delay(&w).await {
+            return resp;
+        }
+        let seed = tokenizer::output_seed(&tokenizer::prompt_tokens(&req.prompt));
+        return encode::encode_leg(&w, &media, &request_id(&headers), seed).await;
+    }
     let params = match req.body.get("kv_transfer_params") {
         None | Some(Value::Null) => None,
         Some(v) => match serde_json::from_value::<KvTransferParams>(v.clone()) {
@@ -68,13 +82,8 @@ async fn infer(w: Arc<Worker>, kind: ApiKind, headers: HeaderMap, body: Bytes) -
         .and_then(|o| o.get("include_usage"))
         .and_then(Value::as_bool)
         .unwrap_or(false);
-    if rand::random_bool(w.cfg.error_rate) {
-        w.metrics.injected.with_label_values(&["error"]).inc();
-        w.engine.count(|c| c.injected_errors += 1);
-        return error(w.cfg.error_status, "injected failure (--error-rate)");
-    }
-    if !w.cfg.slow_start.is_zero() {
-        tokio::time::sleep(w.cfg.slow_start).await;
+    if let Some(resp) = inject_and_delay(&w).await {
+        return resp;
     }
     let tokens = tokenizer::prompt_tokens(&req.prompt);
     let mut max_tokens = req.max_tokens.map_or(DEFAULT_MAX_TOKENS, |m| m as usize);
@@ -93,6 +102,12 @@ async fn infer(w: Arc<Worker>, kind: ApiKind, headers: HeaderMap, body: Bytes) -
         }
         _ => {}
     }
+    // A decode leg's KV already holds the media: nothing to encode or pull.
+    if mode != SeqMode::RemoteDecode {
+        if let Err(f) = encode::resolve_media(&w, &req.body, &media).await {
+            return error(f.status, f.message());
+        }
+    }
     let rx = match w.engine.submit(SeqRequest {
         tokens: tokens.clone(),
         max_tokens,
@@ -104,11 +119,7 @@ async fn infer(w: Arc<Worker>, kind: ApiKind, headers: HeaderMap, body: Bytes) -
         Err(e @ SubmitError::Invalid(_)) => return error(400, e.to_string()),
         Err(e @ SubmitError::Closed) => return error(503, e.to_string()),
     };
-    let request_id = headers
-        .get(headers::REQUEST_ID)
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_string)
-        .unwrap_or_else(|| format!("{:016x}", rand::random::<u64>()));
+    let request_id = request_id(&headers);
     let outcome = Outcome {
         kind,
         shape: Shape::new(kind, &request_id, &w.cfg.model, req.n),
@@ -123,6 +134,19 @@ async fn infer(w: Arc<Worker>, kind: ApiKind, headers: HeaderMap, body: Bytes) -
     } else {
         full(w, rx, outcome).await
     }
+}
+
+/// `--error-rate` (answers the injected error) and `--slow-start-ms` (waits).
+async fn inject_and_delay(w: &Worker) -> Option<Response> {
+    if rand::random_bool(w.cfg.error_rate) {
+        w.metrics.injected.with_label_values(&["error"]).inc();
+        w.engine.count(|c| c.injected_errors += 1);
+        return Some(error(w.cfg.error_status, "injected failure (--error-rate)"));
+    }
+    if !w.cfg.slow_start.is_zero() {
+        tokio::time::sleep(w.cfg.slow_start).await;
+    }
+    None
 }
 
 /// Pulls the prompt's KV from the prefill named in `p` and waits the transfer cost; returns the

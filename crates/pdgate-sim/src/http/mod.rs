@@ -1,11 +1,14 @@
 //! The worker's HTTP API: OpenAI inference routes, `/v1/models`, `/health`, `/metrics`, the
-//! internal KV side channel `/kv/pull`, and `/sim/info`. Every response carries
-//! `x-sim-worker`, `x-sim-role`, `x-sim-revision` and echoes `x-request-id`.
+//! internal side channels `/kv/pull` (KV) and `/ec/pull` (encoder output), and `/sim/info`.
+//! Every response carries `x-sim-worker`, `x-sim-role`, `x-sim-revision` and echoes
+//! `x-request-id`.
 
+mod encode;
 mod infer;
 pub mod shape;
 
 use crate::config::{SimConfig, WorkerSpec};
+use crate::ec_handoff::EC_PULL_PATH;
 use crate::engine::Engine;
 use crate::handoff::{PullRequest, PULL_PATH, REJECT_HEADER};
 use crate::metrics::Metrics;
@@ -16,7 +19,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use bytes::Bytes;
 use http::{header, HeaderValue, StatusCode};
-use pdgate_api::{headers, ErrorBody};
+use pdgate_api::{headers, ErrorBody, Role};
 use serde_json::json;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -28,6 +31,8 @@ const BODY_LIMIT: usize = 64 * 1024 * 1024;
 pub struct Worker {
     /// Identity (role canonicalized).
     pub spec: WorkerSpec,
+    /// `spec.role`, parsed.
+    pub role: Role,
     /// Engine settings.
     pub cfg: SimConfig,
     /// The engine.
@@ -38,15 +43,18 @@ pub struct Worker {
     pub addr: SocketAddr,
     /// Host advertised in `kv_transfer_params.remote_host`.
     pub advertise_host: String,
-    /// Client for KV pulls.
+    /// Client for KV and encoder pulls.
     pub client: reqwest::Client,
+    /// When this worker's encoder is free again (encoding is FIFO per worker).
+    pub encoder_free_at: parking_lot::Mutex<tokio::time::Instant>,
     name_header: HeaderValue,
     role_header: HeaderValue,
     revision_header: Option<HeaderValue>,
 }
 
 impl Worker {
-    /// Builds the shared state; errors when the name or revision cannot be a header value.
+    /// Builds the shared state; errors when the role is unknown or the name or revision cannot
+    /// be a header value.
     pub fn new(
         spec: WorkerSpec,
         cfg: SimConfig,
@@ -59,7 +67,10 @@ impl Worker {
             HeaderValue::from_str(v)
                 .map_err(|_| anyhow::anyhow!("worker {what} {v:?} is not a valid header value"))
         };
+        let role = spec.role.parse::<Role>()?;
         Ok(Worker {
+            role,
+            encoder_free_at: parking_lot::Mutex::new(tokio::time::Instant::now()),
             name_header: value("name", &spec.name)?,
             role_header: value("role", &spec.role)?,
             revision_header: spec
@@ -90,6 +101,7 @@ pub fn router(worker: Arc<Worker>) -> Router {
         .route("/metrics", get(metrics))
         .route("/sim/info", get(info))
         .route(PULL_PATH, post(kv_pull))
+        .route(EC_PULL_PATH, post(encode::ec_pull))
         .fallback(|| async { error(404, "no such route") })
         .layer(axum::middleware::from_fn_with_state(worker.clone(), stamp))
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
@@ -100,6 +112,15 @@ pub fn router(worker: Arc<Worker>) -> Router {
 pub fn error(status: u16, message: impl Into<String>) -> Response {
     let code = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     (code, Json(ErrorBody::new(code.as_u16(), message))).into_response()
+}
+
+/// The request's `x-request-id`, else a random one.
+fn request_id(headers: &http::HeaderMap) -> String {
+    headers
+        .get(headers::REQUEST_ID)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string)
+        .unwrap_or_else(|| format!("{:016x}", rand::random::<u64>()))
 }
 
 async fn stamp(State(w): State<Arc<Worker>>, req: Request, next: Next) -> Response {

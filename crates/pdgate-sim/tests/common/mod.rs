@@ -1,6 +1,8 @@
 //! Helpers shared by the integration tests: workers on 127.0.0.1:0 and a small HTTP client.
 #![allow(dead_code)]
 
+pub mod epd;
+
 use pdgate_sim::{spawn_worker, SimConfig, WorkerHandle, WorkerSpec};
 use reqwest::header::HeaderMap;
 use serde_json::Value;

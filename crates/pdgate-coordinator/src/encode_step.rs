@@ -1,0 +1,102 @@
+//! The `encode` step: one encode leg per media item of the request (images, audio, video),
+//! at most [`ENCODE_PARALLELISM`] at a time, before prefill (vLLM encoder disaggregation;
+//! pdgate simulator contract: the encoder answers `ec_transfer_params`, one entry per item,
+//! which the prefill leg carries).
+
+use crate::dispatch::{DispatchError, Dispatcher, PhaseRequest, PhaseResponse, Target};
+use crate::header_rules::ForwardRules;
+use crate::pipeline::PipelineError;
+use bytes::Bytes;
+use futures_util::stream::{self, StreamExt};
+use http::HeaderMap;
+use pdgate_api::media::{encode_leg_body, media_items, EC_TRANSFER_PARAMS};
+use pdgate_api::{ApiKind, InferenceRequest, Phase};
+use serde_json::Value;
+
+/// Encode legs in flight at once for one request.
+pub const ENCODE_PARALLELISM: usize = 4;
+
+/// What the encode step produced.
+#[derive(Debug)]
+pub enum Encoded {
+    /// The `ec_transfer_params` entries of every item, in item order (empty: no media).
+    Params(Vec<Value>),
+    /// An encode leg answered non-2xx (the first in item order): the request ends with it.
+    Rejected(PhaseResponse<Bytes>),
+}
+
+/// Runs the encode legs of `req` on `target` with `headers` (the same headers on every
+/// leg, so they share one revision draw through the decision id). Forwarded headers of the
+/// 2xx responses are merged by `rules` (most frequent value, ties to the earliest item) into
+/// `captured`.
+///
+/// Errors: a leg got no response, or a 2xx answer had no `ec_transfer_params` array.
+pub async fn run<D: Dispatcher>(
+    dispatcher: &D,
+    target: &Target,
+    req: &InferenceRequest,
+    headers: &HeaderMap,
+    rules: &ForwardRules,
+    captured: &mut HeaderMap,
+) -> Result<Encoded, PipelineError> {
+    let items = media_items(&req.body);
+    if items.is_empty() {
+        return Ok(Encoded::Params(Vec::new()));
+    }
+    let legs: Vec<PhaseRequest> = items
+        .iter()
+        .map(|item| PhaseRequest {
+            phase: Phase::Encode,
+            target: target.clone(),
+            api: ApiKind::ChatCompletions,
+            headers: headers.clone(),
+            body: crate::pipeline::to_bytes(encode_leg_body(&req.model, item)),
+        })
+        .collect();
+    // `buffered` keeps item order while running up to ENCODE_PARALLELISM legs at once.
+    let answers: Vec<_> = stream::iter(legs)
+        .map(|leg| one_leg(dispatcher, leg))
+        .buffered(ENCODE_PARALLELISM)
+        .collect()
+        .await;
+    let mut responses = Vec::with_capacity(answers.len());
+    for a in answers {
+        let r = a.map_err(|source| PipelineError::Dispatch {
+            phase: Phase::Encode,
+            source,
+        })?;
+        if !(200..300).contains(&r.status) {
+            return Ok(Encoded::Rejected(r));
+        }
+        responses.push(r);
+    }
+    let heads: Vec<&HeaderMap> = responses.iter().map(|r| &r.headers).collect();
+    ForwardRules::apply(&rules.capture(&heads), captured);
+    let mut params = Vec::with_capacity(items.len());
+    for r in &responses {
+        let entries = serde_json::from_slice::<Value>(&r.body)
+            .ok()
+            .and_then(|v| v.get(EC_TRANSFER_PARAMS).and_then(Value::as_array).cloned())
+            .ok_or_else(|| PipelineError::BadEncodeResponse {
+                endpoint: target.name.clone(),
+                reason: format!("no `{EC_TRANSFER_PARAMS}` array in the answer"),
+            })?;
+        params.extend(entries);
+    }
+    Ok(Encoded::Params(params))
+}
+
+/// Sends one encode leg and reads its whole answer.
+async fn one_leg<D: Dispatcher>(
+    dispatcher: &D,
+    leg: PhaseRequest,
+) -> Result<PhaseResponse<Bytes>, DispatchError> {
+    let name = leg.target.name.clone();
+    let resp = dispatcher.dispatch(leg).await?;
+    let body = dispatcher.collect(&name, resp.body).await?;
+    Ok(PhaseResponse {
+        status: resp.status,
+        headers: resp.headers,
+        body,
+    })
+}
