@@ -19,10 +19,11 @@ use serde::Deserialize;
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use futures_util::future::BoxFuture;
+use std::time::Duration;
 
 /// Where endpoints come from.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub enum EndpointSource {
     /// A YAML file, polled for changes every `poll` interval.
     File {
@@ -33,6 +34,14 @@ pub enum EndpointSource {
     },
     /// A fixed list (from `--endpoint` flags or tests).
     Static(Vec<Endpoint>),
+    /// Any other watched source.
+    Watch(Box<dyn EndpointWatcher>),
+}
+
+impl std::fmt::Debug for dyn EndpointWatcher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "EndpointWatcher({})", self.name())
+    }
 }
 
 /// An endpoint list that cannot be used; names the file, entry and field.
@@ -219,64 +228,105 @@ impl EndpointRegistry {
     }
 }
 
-/// Applies `source` to `registry`: once for a static list; for a file, now and whenever its
-/// modification time or size changes (until the returned task is aborted). A file that fails
-/// to parse keeps the previous endpoints and logs the error.
+/// A source of endpoint lists that change over time (a watched file today; Kubernetes
+/// EndpointSlices plug in the same way). [`start`] applies each list it yields to the
+/// registry, whole.
+pub trait EndpointWatcher: Send + 'static {
+    /// The source's name in errors and logs (a path, a namespace/selector).
+    fn name(&self) -> String;
+
+    /// Waits for the next endpoint list and returns it: the first call returns the current
+    /// list at once; later calls return when the list changed. `None` ends the watch.
+    /// `Some(Err(_))` reports a list that cannot be used; the previous one stays applied.
+    fn next(&mut self) -> BoxFuture<'_, Option<Result<Vec<Endpoint>, DiscoveryError>>>;
+}
+
+/// Watches a YAML endpoints file: re-reads it every `poll` and yields it when its content
+/// changed.
+struct FileWatcher {
+    path: PathBuf,
+    poll: Duration,
+    /// Content of the last yielded (or rejected) version; `None` before the first read.
+    last: Option<String>,
+}
+
+impl EndpointWatcher for FileWatcher {
+    fn name(&self) -> String {
+        self.path.display().to_string()
+    }
+
+    fn next(&mut self) -> BoxFuture<'_, Option<Result<Vec<Endpoint>, DiscoveryError>>> {
+        Box::pin(async move {
+            let name = self.name();
+            loop {
+                if self.last.is_some() {
+                    tokio::time::sleep(self.poll).await;
+                }
+                let text = match tokio::fs::read_to_string(&self.path).await {
+                    Ok(t) => t,
+                    Err(e) if self.last.is_none() => {
+                        return Some(Err(DiscoveryError {
+                            source_name: name,
+                            message: e.to_string(),
+                        }))
+                    }
+                    Err(e) => {
+                        tracing::error!(file = %name, error = %e, "endpoints file unreadable");
+                        continue;
+                    }
+                };
+                if self.last.as_deref() == Some(text.as_str()) {
+                    continue;
+                }
+                let parsed = parse_endpoints_yaml(&text, &name);
+                self.last = Some(text);
+                return Some(parsed);
+            }
+        })
+    }
+}
+
+/// Applies `source` to `registry`: once for a static list; for a watched source, its first
+/// list now (an error there fails the start) and every later list until the returned task
+/// is aborted (a list that cannot be used keeps the previous endpoints and is logged).
+/// In-flight requests are never dropped: loads are carried over by endpoint name.
 pub async fn start(
     source: EndpointSource,
     registry: Arc<EndpointRegistry>,
 ) -> Result<Option<tokio::task::JoinHandle<()>>, DiscoveryError> {
-    match source {
+    let mut watcher: Box<dyn EndpointWatcher> = match source {
         EndpointSource::Static(eps) => {
             check_unique(&eps).map_err(|message| DiscoveryError {
                 source_name: "--endpoint".into(),
                 message,
             })?;
             registry.apply(eps);
-            Ok(None)
+            return Ok(None);
         }
-        EndpointSource::File { path, poll } => {
-            let name = path.display().to_string();
-            let text = tokio::fs::read_to_string(&path)
-                .await
-                .map_err(|e| DiscoveryError {
-                    source_name: name.clone(),
-                    message: e.to_string(),
-                })?;
-            registry.apply(parse_endpoints_yaml(&text, &name)?);
-            let mut last = stamp(&path).await;
-            Ok(Some(tokio::spawn(async move {
-                let mut tick = tokio::time::interval(poll);
-                loop {
-                    tick.tick().await;
-                    let now = stamp(&path).await;
-                    if now == last {
-                        continue;
-                    }
-                    last = now;
-                    match tokio::fs::read_to_string(&path).await {
-                        Ok(text) => match parse_endpoints_yaml(&text, &name) {
-                            Ok(eps) => {
-                                tracing::info!(file = %name, endpoints = eps.len(), "endpoints reloaded");
-                                registry.apply(eps);
-                            }
-                            Err(e) => {
-                                tracing::error!(error = %e, "endpoints file rejected; keeping the previous endpoints")
-                            }
-                        },
-                        Err(e) => {
-                            tracing::error!(file = %name, error = %e, "endpoints file unreadable")
-                        }
-                    }
-                }
-            })))
-        }
+        EndpointSource::File { path, poll } => Box::new(FileWatcher {
+            path,
+            poll,
+            last: None,
+        }),
+        EndpointSource::Watch(w) => w,
+    };
+    match watcher.next().await {
+        Some(first) => registry.apply(first?),
+        None => return Ok(None),
     }
-}
-
-async fn stamp(path: &PathBuf) -> Option<(SystemTime, u64)> {
-    let m = tokio::fs::metadata(path).await.ok()?;
-    Some((m.modified().ok()?, m.len()))
+    Ok(Some(tokio::spawn(async move {
+        while let Some(next) = watcher.next().await {
+            match next {
+                Ok(eps) => {
+                    tracing::info!(source = %watcher.name(), endpoints = eps.len(), "endpoints reloaded");
+                    registry.apply(eps);
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, "endpoint list rejected; keeping the previous endpoints")
+                }
+            }
+        }
+    })))
 }
 
 #[cfg(test)]

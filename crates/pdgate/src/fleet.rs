@@ -15,6 +15,8 @@ pub struct FleetSpec {
     pub prefill: usize,
     /// Decode workers (role `decode`).
     pub decode: usize,
+    /// Encode workers (role `encode`), 0 by default.
+    pub encode: usize,
     /// Revision label given to every worker, if any.
     pub revision: Option<String>,
     /// Engine settings of every worker.
@@ -32,6 +34,7 @@ impl FleetSpec {
         FleetSpec {
             prefill,
             decode,
+            encode: 0,
             revision: None,
             sim: SimConfig {
                 speedup,
@@ -45,7 +48,7 @@ impl FleetSpec {
 
 /// A running local fleet; everything stops when it is dropped.
 pub struct LocalFleet {
-    /// The simulator workers, prefill first.
+    /// The simulator workers: prefill, then decode, then encode.
     pub workers: Vec<WorkerHandle>,
     /// The router.
     pub router: ServerHandle,
@@ -63,8 +66,8 @@ impl LocalFleet {
     }
 }
 
-/// Worker specs: `prefill-0..`, then `decode-0..`, labeled with `llm-d.ai/role` (and the
-/// revision label when given).
+/// Worker specs: `prefill-0..`, then `decode-0..`, then `encode-0..`, labeled with
+/// `llm-d.ai/role` (and the revision label when given).
 pub fn worker_specs(spec: &FleetSpec) -> Vec<WorkerSpec> {
     let mk = |role: &str, i: usize| {
         let mut labels = BTreeMap::new();
@@ -82,6 +85,7 @@ pub fn worker_specs(spec: &FleetSpec) -> Vec<WorkerSpec> {
     (0..spec.prefill)
         .map(|i| mk("prefill", i))
         .chain((0..spec.decode).map(|i| mk("decode", i)))
+        .chain((0..spec.encode).map(|i| mk("encode", i)))
         .collect()
 }
 

@@ -1,0 +1,206 @@
+//! The encode phase end to end (issue 4 item 5): chat requests with image or audio parts get
+//! one encode leg per item before prefill, on encode endpoints, and the prefill leg carries
+//! the encoders' `ec_transfer_params`; text-only requests skip it. Layout (a) (one router,
+//! in-process encode picks) and layout (b) (an encode router), and with two revisions the
+//! parallel encodes of a request share its revision.
+
+use pdgate::fleet::{self, FleetSpec, LocalFleet};
+use pdgate_scheduler::{Endpoint, DEFAULT_CONFIG_YAML};
+use pdgate_server::app::PhaseRouters;
+use pdgate_sim::{spawn_fleet, SimConfig, WorkerSpec};
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+
+fn chat(images: &[&str], text: &str) -> Value {
+    let mut content: Vec<Value> = images
+        .iter()
+        .map(|u| json!({"type": "image_url", "image_url": {"url": u}}))
+        .collect();
+    content.push(json!({"type": "text", "text": text}));
+    json!({
+        "model": "pdgate-sim",
+        "messages": [{"role": "user", "content": content}],
+        "max_tokens": 3
+    })
+}
+
+async fn post(url: &str, body: &Value) -> (u16, Value) {
+    let r = reqwest::Client::new()
+        .post(format!("{url}/v1/chat/completions"))
+        .json(body)
+        .send()
+        .await
+        .unwrap();
+    let status = r.status().as_u16();
+    (status, r.json().await.unwrap_or(Value::Null))
+}
+
+/// Σ of a stat over the workers of `role`.
+fn sum(f: &LocalFleet, role: &str, stat: impl Fn(&pdgate_sim::WorkerStats) -> u64) -> u64 {
+    f.workers
+        .iter()
+        .filter(|w| w.role() == role)
+        .map(|w| stat(&w.stats()))
+        .sum()
+}
+
+fn spec() -> FleetSpec {
+    FleetSpec {
+        encode: 2,
+        ..FleetSpec::new(1, 1, 50.0)
+    }
+}
+
+/// (pulls the encoders served, items the prefilling worker — prefill, or decode when the
+/// request ran aggregated — received from encoders, items encoded locally).
+fn encode_counts(f: &LocalFleet) -> (u64, u64, u64) {
+    (
+        sum(f, "encode", |s| s.ec_pulls_served),
+        sum(f, "prefill", |s| s.remote_encoded_items)
+            + sum(f, "decode", |s| s.remote_encoded_items),
+        sum(f, "prefill", |s| s.local_encoded_items) + sum(f, "decode", |s| s.local_encoded_items),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_router_runs_an_encode_leg_per_item_and_prefill_carries_their_output() {
+    let f = fleet::start(&spec(), DEFAULT_CONFIG_YAML).await.unwrap();
+    let (status, v) = post(
+        &f.url(),
+        &chat(&["https://x/cat.png", "https://x/dog.png"], "compare them"),
+    )
+    .await;
+    assert_eq!(status, 200, "{v}");
+    // 2 items → 2 encode legs, both pulled by the worker that prefilled (a short prompt runs
+    // aggregated on decode); nobody encoded locally.
+    assert_eq!(encode_counts(&f), (2, 2, 0));
+    assert_eq!(sum(&f, "encode", |s| s.encode_items), 2);
+    // Text only: no encode leg.
+    let (status, _) = post(&f.url(), &chat(&[], "just text")).await;
+    assert_eq!(status, 200);
+    assert_eq!(encode_counts(&f), (2, 2, 0));
+    assert_eq!(f.in_flight(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_coordinator_sends_encode_legs_to_the_encode_router() {
+    let f = fleet::start(&spec(), DEFAULT_CONFIG_YAML).await.unwrap();
+    let endpoints: Vec<Endpoint> = f
+        .workers
+        .iter()
+        .map(|w| Endpoint::new(w.name(), w.addr().to_string(), w.spec().labels.clone()))
+        .collect();
+    let encode_router = fleet::router_with(endpoints.clone(), DEFAULT_CONFIG_YAML, |_| {})
+        .await
+        .unwrap();
+    let decode_router = fleet::router_with(endpoints, DEFAULT_CONFIG_YAML, |_| {})
+        .await
+        .unwrap();
+    let routers = PhaseRouters::new(
+        &f.router.addr.to_string(),
+        &decode_router.addr.to_string(),
+        false,
+    )
+    .with_encode(&encode_router.addr.to_string());
+    let c = fleet::router_with(Vec::new(), DEFAULT_CONFIG_YAML, |o| {
+        o.routers = Some(routers)
+    })
+    .await
+    .unwrap();
+    let url = format!("http://{}", c.addr);
+    let (status, v) = post(
+        &url,
+        &chat(
+            &["https://x/1.png", "https://x/2.png", "https://x/3.png"],
+            "three",
+        ),
+    )
+    .await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(encode_counts(&f), (3, 3, 0));
+    let (status, _) = post(&url, &chat(&[], "text only")).await;
+    assert_eq!(status, 200);
+    assert_eq!(encode_counts(&f), (3, 3, 0));
+    assert_eq!(encode_router.state.in_flight_total(), 0);
+}
+
+fn member(revision: &str, role: &str) -> WorkerSpec {
+    let labels = BTreeMap::from([
+        ("llm-d.ai/role".to_string(), role.to_string()),
+        (
+            "disaggregatedset.x-k8s.io/role".to_string(),
+            role.to_string(),
+        ),
+        (
+            "disaggregatedset.x-k8s.io/revision".to_string(),
+            revision.to_string(),
+        ),
+    ]);
+    WorkerSpec {
+        name: format!("{revision}-{role}"),
+        role: role.to_string(),
+        revision: Some(revision.to_string()),
+        labels,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn parallel_encodes_share_the_requests_revision() {
+    // Two revisions, each with an encoder, a prefill and a decode. A simulator refuses encoder
+    // output from another revision (409), so any mixed request would fail.
+    let specs: Vec<WorkerSpec> = ["a", "b"]
+        .iter()
+        .flat_map(|r| {
+            [
+                member(r, "encode"),
+                member(r, "prefill"),
+                member(r, "decode"),
+            ]
+        })
+        .collect();
+    let sim = SimConfig {
+        speedup: 50.0,
+        ..SimConfig::default()
+    };
+    let workers = spawn_fleet(specs.clone(), sim, "127.0.0.1", 0)
+        .await
+        .unwrap();
+    let endpoints: Vec<Endpoint> = specs
+        .iter()
+        .zip(&workers)
+        .map(|(s, w)| Endpoint::new(s.name.clone(), w.addr().to_string(), s.labels.clone()))
+        .collect();
+    let yaml = DEFAULT_CONFIG_YAML.replacen(
+        "\nplugins:\n",
+        "\nplugins:\n- type: disaggregatedset-rollout-screener\n",
+        1,
+    );
+    let router = fleet::router_with(endpoints, &yaml, |_| {}).await.unwrap();
+    let url = format!("http://{}", router.addr);
+    let mut revisions = BTreeMap::<String, usize>::new();
+    for i in 0..40 {
+        let images: Vec<String> = (0..4).map(|k| format!("https://x/{i}-{k}.png")).collect();
+        let images: Vec<&str> = images.iter().map(String::as_str).collect();
+        let r = reqwest::Client::new()
+            .post(format!("{url}/v1/chat/completions"))
+            .json(&chat(&images, "four images"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200, "request {i}");
+        let rev = r.headers()["x-pdgate-decode-revision"]
+            .to_str()
+            .unwrap()
+            .to_string();
+        *revisions.entry(rev).or_default() += 1;
+    }
+    println!("revisions {revisions:?}");
+    assert_eq!(revisions.len(), 2, "both revisions used: {revisions:?}");
+    let stat = |f: fn(&pdgate_sim::WorkerStats) -> u64| -> u64 {
+        workers.iter().map(|w| f(&w.stats())).sum()
+    };
+    assert_eq!(stat(|s| s.ec_pulls_served), 160);
+    assert_eq!(stat(|s| s.ec_pull_rejections.values().sum()), 0);
+    assert_eq!(stat(|s| s.ec_handoff_rejections.values().sum()), 0);
+    assert_eq!(router.state.in_flight_total(), 0);
+}
