@@ -161,3 +161,24 @@ fn serve_lists_every_config_error_and_checks_router_addresses_at_start() {
         "{stderr}"
     );
 }
+
+#[test]
+fn serve_rejects_invalid_or_duplicate_forward_response_headers_at_start() {
+    for (value, want) in [
+        ("x-a,bad name", "forward_response_headers: `bad name` is not a valid header name"),
+        ("x-a,X-A", "forward_response_headers: `X-A` is listed twice"),
+        (
+            "x-llm-d-revision-decision-id",
+            "forward_response_headers: `x-llm-d-revision-decision-id` is hop-by-hop or router-owned",
+        ),
+    ] {
+        let (code, stderr) = serve_fails(&[
+            "--endpoint",
+            "127.0.0.1:9",
+            "--forward-response-headers",
+            value,
+        ]);
+        assert_eq!(code, Some(1), "{value}: {stderr}");
+        assert!(stderr.contains(want), "{value}: {stderr}");
+    }
+}

@@ -237,4 +237,71 @@ async fn routers_with_the_rollout_screener_never_mix_revisions() {
         prefill_router.state.in_flight_total() + decode_router.state.in_flight_total(),
         0
     );
+    // The screener's shares are exported: A{P1,D2} and B{P1,D2} → 0.5 each (max-role).
+    let m = reqwest::get(format!("http://{}/metrics", decode_router.addr))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for rev in ["a", "b"] {
+        assert!(
+            m.contains(&format!("pdgate_revision_share{{revision=\"{rev}\"}} 0.5")),
+            "{m}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn no_endpoint_snapshot_and_an_uncovered_strict_revision_are_503_with_a_reason() {
+    let yaml = DEFAULT_CONFIG_YAML.replacen("\nplugins:\n", &format!("\nplugins:\n{SCREENER}"), 1);
+    let client = reqwest::Client::new();
+    let body = json!({"model": "m", "prompt": "hi", "max_tokens": 1});
+    // No endpoints known yet (an empty list): fail closed.
+    let empty = fleet::router_with(Vec::new(), &yaml, |_| {}).await.unwrap();
+    let r = client
+        .post(format!("http://{}/v1/completions", empty.addr))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 503);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["error"]["message"], "no schedulable endpoints");
+    // Revision a covered, b has no prefill: a strict header naming b → 503 naming it.
+    let eps: Vec<Endpoint> = [("a", "prefill"), ("a", "decode"), ("b", "decode")]
+        .iter()
+        .enumerate()
+        .map(|(i, (rev, role))| {
+            let s = member(rev, role, i);
+            Endpoint::new(s.name, format!("127.0.0.1:{}", 9 + i), s.labels)
+        })
+        .collect();
+    let router = fleet::router_with(eps, &yaml, |_| {}).await.unwrap();
+    let r = client
+        .post(format!("http://{}/v1/completions", router.addr))
+        .header("x-llm-d-epp-profile", "decode")
+        .header("x-llm-d-disagg-revision", "b")
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 503);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(
+        v["error"]["message"],
+        "strict revision `b` (header x-llm-d-disagg-revision) is not covered"
+    );
+    // Without a profile header the router is the client's coordinator: the client's own
+    // copy is discarded, so the request is screened normally (then fails upstream: these
+    // endpoints do not listen — what matters is that it was not refused as strict).
+    let r = client
+        .post(format!("http://{}/v1/completions", router.addr))
+        .header("x-llm-d-disagg-revision", "b")
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 502);
+    assert_eq!(r.headers()["x-pdgate-decode-revision"], "a");
 }
