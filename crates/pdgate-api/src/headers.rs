@@ -19,6 +19,24 @@ pub const PREFER: &str = "prefer";
 pub const WORKER_INSTANCE_ID: &str = "x-worker-instance-id";
 /// Client pin for the Prefill phase only (Dynamo).
 pub const PREFILL_INSTANCE_ID: &str = "x-prefill-instance-id";
+/// Dynamo's prefixed spelling of [`WORKER_INSTANCE_ID`] (the one Dynamo recommends).
+pub const DYNAMO_WORKER_INSTANCE_ID: &str = "x-dynamo-worker-instance-id";
+/// Dynamo's prefixed spelling of [`PREFILL_INSTANCE_ID`].
+pub const DYNAMO_PREFILL_INSTANCE_ID: &str = "x-dynamo-prefill-instance-id";
+/// Client pin for the Decode phase (pdgate; Decode reads it before [`WORKER_INSTANCE_ID`]).
+pub const DECODE_INSTANCE_ID: &str = "x-decode-instance-id";
+/// Prefixed spelling of [`DECODE_INSTANCE_ID`].
+pub const DYNAMO_DECODE_INSTANCE_ID: &str = "x-dynamo-decode-instance-id";
+/// Data-parallel rank for the Decode and Aggregated pins (Dynamo).
+pub const DP_RANK: &str = "x-dp-rank";
+/// Dynamo's prefixed spelling of [`DP_RANK`].
+pub const DYNAMO_DP_RANK: &str = "x-dynamo-dp-rank";
+/// Dynamo's other compatibility alias of [`DP_RANK`].
+pub const DATA_PARALLEL_RANK: &str = "x-data-parallel-rank";
+/// Data-parallel rank for the Prefill pin (Dynamo).
+pub const PREFILL_DP_RANK: &str = "x-prefill-dp-rank";
+/// Dynamo's prefixed spelling of [`PREFILL_DP_RANK`].
+pub const DYNAMO_PREFILL_DP_RANK: &str = "x-dynamo-prefill-dp-rank";
 /// Stateful session affinity key.
 pub const SESSION_ID: &str = "x-session-id";
 /// Session-affinity token (llm-d `session-affinity-scorer`): base64 of the endpoint that
@@ -34,6 +52,10 @@ pub const SERVED_DECODE_ENDPOINT: &str = "x-pdgate-decode-endpoint";
 pub const SERVED_PREFILL_REVISION: &str = "x-pdgate-prefill-revision";
 /// Revision label of the endpoint that ran the decode phase, when it has one.
 pub const SERVED_DECODE_REVISION: &str = "x-pdgate-decode-revision";
+/// Served-by: the data-parallel rank of the prefill endpoint, when it has one.
+pub const SERVED_PREFILL_DP_RANK: &str = "x-pdgate-prefill-dp-rank";
+/// Served-by: the data-parallel rank of the decode endpoint, when it has one.
+pub const SERVED_DECODE_DP_RANK: &str = "x-pdgate-decode-dp-rank";
 /// `split` when prefill ran on its own endpoint, `aggregated` when one endpoint ran both.
 pub const SERVED_MODE: &str = "x-pdgate-pd-mode";
 

@@ -6,6 +6,7 @@
 
 pub mod error;
 pub mod headers;
+pub mod hints;
 pub mod kv;
 pub mod labels;
 pub mod media;

@@ -14,6 +14,8 @@ pub struct Target {
     pub address: String,
     /// Revision label of the endpoint, if any.
     pub revision: Option<String>,
+    /// Data-parallel rank of the endpoint (sent to the engine as `X-data-parallel-rank`).
+    pub dp_rank: Option<u32>,
 }
 
 /// One phase leg.

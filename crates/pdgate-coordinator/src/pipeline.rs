@@ -336,6 +336,7 @@ mod tests {
             name: n.into(),
             address: format!("{n}:1"),
             revision: None,
+            dp_rank: None,
         }
     }
 

@@ -107,6 +107,19 @@ pub enum Rejection {
         /// Why, naming the screener's cause.
         reason: String,
     },
+    /// A client pin cannot be honoured: unknown endpoint, wrong role, unknown DP rank, a DP
+    /// rank without an endpoint (400), or the pinned endpoint is not Ready (503); or pins of
+    /// two phases name endpoints of different revisions (400). The message names the header
+    /// or field (design.md §5.3).
+    #[error("{message}")]
+    Pin {
+        /// 400 or 503.
+        status: u16,
+        /// Stable reason for metrics (`unknown_endpoint`, `wrong_role`, `not_ready`, …).
+        reason: &'static str,
+        /// What is wrong, naming the header or field.
+        message: String,
+    },
     /// A conditional-decode probe (`Prefer: if-available`) whose decode endpoint lacks the
     /// prefix, or whose prefix data is unreadable → 412; the coordinator goes on with
     /// prefill then decode (design.md §4).

@@ -14,6 +14,7 @@ mod booking;
 pub mod config;
 mod endpoint;
 pub mod error;
+pub mod pins;
 pub mod plugin;
 pub mod plugins;
 pub mod prefix;
@@ -25,6 +26,7 @@ mod scheduler;
 pub use booking::Booking;
 pub use endpoint::{Endpoint, EndpointLoad, EndpointState, InFlightGuard, Snapshot};
 pub use error::{ConfigError, Rejection};
+pub use pins::{check_ranks, pin_for, resolve, validate, Pin, PinError, Resolved};
 pub use plugin::Decision;
 pub use request::{
     Pick, Rejected, RequestCtx, RequestHeaders, RequestState, SchedulingRequest, SchedulingResult,

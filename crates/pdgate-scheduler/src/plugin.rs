@@ -71,7 +71,9 @@ pub trait ProfileRunner {
     ///
     /// Errors: [`Rejection::NoEndpoints`], [`Rejection::Saturated`],
     /// [`Rejection::UnknownProfile`].
-    fn run(&self, ctx: &RequestCtx<'_>, name: &str) -> Result<Pick, Rejection>;
+    /// `phase` is the phase the pick will run (it selects the phase's pin, if any: a pinned
+    /// phase gets its pinned endpoint without filters, scorers or picker).
+    fn run(&self, ctx: &RequestCtx<'_>, name: &str, phase: Phase) -> Result<Pick, Rejection>;
 }
 
 /// Decides which profiles run for a request, in what order, and assembles the result.

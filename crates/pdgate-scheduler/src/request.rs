@@ -4,6 +4,7 @@ use crate::booking::Booking;
 use crate::endpoint::{EndpointState, Snapshot};
 use crate::error::Rejection;
 use crate::prefix::PrefixIndex;
+use pdgate_api::hints::RoutingHints;
 use pdgate_api::{Phase, PromptInput};
 use std::any::Any;
 use std::cell::RefCell;
@@ -49,6 +50,8 @@ pub struct SchedulingRequest<'a> {
     pub conditional: bool,
     /// The request's headers, for plugins that read hints from them.
     pub headers: &'a dyn RequestHeaders,
+    /// Client pins and DP ranks, parsed once at ingress (design.md §5.3); `None` = none.
+    pub hints: Option<&'a RoutingHints>,
 }
 
 impl<'a> SchedulingRequest<'a> {
@@ -61,6 +64,7 @@ impl<'a> SchedulingRequest<'a> {
             profile: None,
             conditional: false,
             headers: &(),
+            hints: None,
         }
     }
 }
@@ -174,6 +178,7 @@ pub struct RequestCtx<'a> {
     /// The request.
     pub req: &'a SchedulingRequest<'a>,
     snapshot: &'a Snapshot,
+    pins: crate::pins::RequestPins<'a>,
     state: Arc<RequestState>,
     /// Memo of prefix matches: (producer slot, endpoint address, matched blocks).
     matches: RefCell<Vec<(usize, usize, usize)>>,
@@ -204,9 +209,21 @@ impl<'a> RequestCtx<'a> {
         RequestCtx {
             req,
             snapshot,
+            pins: crate::pins::RequestPins::default(),
             state: Arc::new(RequestState::new(producers)),
             matches: RefCell::default(),
         }
+    }
+
+    /// The context with the request's validated pins.
+    pub(crate) fn with_pins(mut self, pins: crate::pins::RequestPins<'a>) -> Self {
+        self.pins = pins;
+        self
+    }
+
+    /// The validated pins of the request (per phase, and the revision they fix).
+    pub fn pins(&self) -> &crate::pins::RequestPins<'a> {
+        &self.pins
     }
 
     /// The whole endpoint snapshot the request is scheduled over (every endpoint, Ready or

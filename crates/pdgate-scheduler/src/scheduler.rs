@@ -4,6 +4,7 @@ use crate::booking::Booking;
 use crate::config::{self, Hooks, Loaded};
 use crate::endpoint::Snapshot;
 use crate::error::{ConfigError, Rejection};
+use crate::pins::RequestPins;
 use crate::plugin::{
     Candidates, Decision, PluginMetric, ProfileHandler, ProfileRunner, ResponseCtx,
 };
@@ -91,12 +92,24 @@ impl Scheduler {
         req: &SchedulingRequest<'_>,
         snapshot: &Snapshot,
     ) -> Result<SchedulingResult, Rejected> {
-        let ctx = RequestCtx::with_snapshot(req, self.indexes.len(), snapshot);
+        let pins = match req.hints {
+            Some(h) => RequestPins::of(h, snapshot).map_err(|e| Rejection::Pin {
+                status: e.status(),
+                reason: e.reason(),
+                message: e.to_string(),
+            })?,
+            None => RequestPins::default(),
+        };
         let mut base: Candidates<'_> = snapshot
             .endpoints
             .iter()
             .filter(|e| e.endpoint.schedulable())
             .collect();
+        // A pin fixes the revision for the whole request (design.md §5.3).
+        if let Some(rev) = &pins.revision {
+            base.retain(|e| e.endpoint.revision() == Some(rev.as_str()));
+        }
+        let ctx = RequestCtx::with_snapshot(req, self.indexes.len(), snapshot).with_pins(pins);
         if base.is_empty() {
             return Err(Rejection::NoEndpoints.into());
         }
@@ -134,7 +147,7 @@ impl Scheduler {
         let req = ctx.req;
         let mut result = match req.profile {
             Some(name) if !self.handler.selects_by_header() => {
-                let mut pick = runner.run(ctx, name)?;
+                let mut pick = runner.run(ctx, name, phase_of_profile(name))?;
                 pick.phase = phase_of_profile(name);
                 if req.conditional && matches!(pick.phase, Phase::Decode | Phase::Aggregated) {
                     let decision = self.handler.conditional_decode(ctx, &pick.endpoint);
@@ -232,14 +245,18 @@ impl ProfileRunner for Runner<'_> {
         self.sched.profiles.iter().any(|p| p.name == name)
     }
 
-    fn run(&self, ctx: &RequestCtx<'_>, name: &str) -> Result<Pick, Rejection> {
+    fn run(&self, ctx: &RequestCtx<'_>, name: &str, phase: Phase) -> Result<Pick, Rejection> {
         let profile = self
             .sched
             .profiles
             .iter()
             .find(|p| p.name == name)
             .ok_or_else(|| Rejection::UnknownProfile(name.to_string()))?;
-        let endpoint = profile.run(ctx, self.base)?;
+        // A pinned phase takes its validated endpoint: no filters, scorers or picker.
+        let endpoint = match ctx.pins().get(phase) {
+            Some(pinned) => pinned,
+            None => profile.run(ctx, self.base)?,
+        };
         Ok(Pick {
             guard: Booking::new(
                 endpoint,

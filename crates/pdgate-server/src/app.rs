@@ -64,6 +64,7 @@ impl PhaseRouters {
             name: name.into(),
             address: address.into(),
             revision: None,
+            dp_rank: None,
         };
         PhaseRouters {
             prefill: t("prefill-router", prefill),
@@ -80,6 +81,7 @@ impl PhaseRouters {
             name: "encode-router".into(),
             address: encode.into(),
             revision: None,
+            dp_rank: None,
         });
         self
     }

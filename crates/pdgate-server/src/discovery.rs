@@ -12,6 +12,7 @@
 //! ```
 
 use arc_swap::ArcSwap;
+use futures_util::future::BoxFuture;
 use parking_lot::Mutex;
 use pdgate_api::{labels, Role};
 use pdgate_scheduler::{Endpoint, EndpointLoad, EndpointState, Snapshot};
@@ -19,7 +20,6 @@ use serde::Deserialize;
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::sync::Arc;
-use futures_util::future::BoxFuture;
 use std::time::Duration;
 
 /// Where endpoints come from.

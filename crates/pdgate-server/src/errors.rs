@@ -48,6 +48,9 @@ pub enum ApiError {
     /// The body could not be read from the client (400).
     #[error("request body could not be read: {0}")]
     BodyRead(String),
+    /// A routing hint (pin, DP rank, session id) is malformed (400); names the header/field.
+    #[error(transparent)]
+    BadHint(#[from] pdgate_api::hints::HintError),
     /// The scheduler rejected the request (with the headers its hooks stamped).
     #[error(transparent)]
     Rejected(#[from] Rejected),
@@ -85,7 +88,11 @@ impl ApiError {
                 Rejection::Saturated { .. } => StatusCode::TOO_MANY_REQUESTS,
                 Rejection::UnknownProfile(_) => StatusCode::BAD_REQUEST,
                 Rejection::DecodeDeferred { .. } => StatusCode::PRECONDITION_FAILED,
+                Rejection::Pin { status, .. } => {
+                    StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_REQUEST)
+                }
             },
+            ApiError::BadHint(_) => StatusCode::BAD_REQUEST,
             ApiError::Pipeline(PipelineError::Dispatch {
                 source: DispatchError::Timeout { .. },
                 ..

@@ -5,6 +5,7 @@
 use crate::app::AppState;
 use crate::body::GuardedBody;
 use crate::errors::ApiError;
+use crate::served::Served;
 use axum::body::Body;
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
@@ -26,6 +27,7 @@ pub fn target(p: &Pick) -> Target {
         name: ep.name.clone(),
         address: ep.address.clone(),
         revision: ep.revision().map(str::to_string),
+        dp_rank: ep.dp_rank,
     }
 }
 
@@ -41,6 +43,8 @@ struct LocalDispatch<'a> {
     state: &'a AppState,
     result: Option<&'a SchedulingResult>,
     model: &'a str,
+    /// Legs go to per-role routers (which choose DP ranks themselves), not engines.
+    routed: bool,
     /// The request's revision decision id (local scheduling only).
     decision_id: Option<&'a HeaderValue>,
     /// Encode picks, booked until the request ends.
@@ -95,6 +99,7 @@ impl LocalDispatch<'_> {
         };
         pick.phase = Phase::Encode;
         leg.target = target(&pick);
+        set_dp_rank(&mut leg);
         let mut resp = self.state.upstream.dispatch(leg).await?;
         self.stamp(&pick, &mut resp);
         if (200..300).contains(&resp.status) {
@@ -108,10 +113,16 @@ impl LocalDispatch<'_> {
 impl Dispatcher for LocalDispatch<'_> {
     type Body = Incoming;
 
-    async fn dispatch(&self, leg: PhaseRequest) -> Result<PhaseResponse<Incoming>, DispatchError> {
+    async fn dispatch(
+        &self,
+        mut leg: PhaseRequest,
+    ) -> Result<PhaseResponse<Incoming>, DispatchError> {
         let phase = leg.phase;
         if phase == Phase::Encode && leg.target.name == LOCAL_ENCODE {
             return self.dispatch_encode(leg).await;
+        }
+        if !self.routed {
+            set_dp_rank(&mut leg);
         }
         let mut resp = self.state.upstream.dispatch(leg).await?;
         let pick = self.result.and_then(|r| match phase {
@@ -142,6 +153,21 @@ pub struct Ingress<'a> {
     pub rid: &'a HeaderValue,
 }
 
+/// The engine's data-parallel rank header (vLLM `X-data-parallel-rank`) for the leg's
+/// endpoint: set to its rank, removed when it has none (a client's copy never reaches the
+/// engine unchecked).
+fn set_dp_rank(leg: &mut PhaseRequest) {
+    match leg.target.dp_rank {
+        Some(r) => {
+            leg.headers
+                .insert(headers::DATA_PARALLEL_RANK, HeaderValue::from(r));
+        }
+        None => {
+            leg.headers.remove(headers::DATA_PARALLEL_RANK);
+        }
+    }
+}
+
 /// Runs `plan` and answers the client. `result` holds the local picks (`None` when the plan
 /// names per-role routers); their bookings end with the response body. Every answer, errors
 /// included, names the endpoints known to have served each phase and carries `rid`.
@@ -164,6 +190,7 @@ pub async fn forward(
         state,
         result: result.as_ref(),
         model: &req.model,
+        routed: plan.routed,
         decision_id,
         encode_picks: Mutex::new(Vec::new()),
     };
@@ -329,113 +356,4 @@ fn passthrough_error(
     );
     let status = StatusCode::from_u16(r.status).unwrap_or(StatusCode::BAD_GATEWAY);
     Ok((status, headers, r.body).into_response())
-}
-
-/// Which endpoint (and revision) served each phase, for the served-by headers (design.md
-/// §5.3). A header is set only when known: a per-role router names only its own phase and
-/// no mode; a coordinator of routers reads the routers' own served-by headers.
-#[derive(Debug, Default)]
-struct Served {
-    prefill: Option<(String, Option<String>)>,
-    decode: Option<(String, Option<String>)>,
-    mode: Option<&'static str>,
-}
-
-impl Served {
-    fn of(plan: &Plan, result: Option<&SchedulingResult>, trace: &Trace) -> Served {
-        let named = |t: &Target| Some((t.name.clone(), t.revision.clone()));
-        if let Some(r) = result {
-            return match (plan.prefill.as_ref(), r.decode.phase) {
-                (Some(p), _) => Served {
-                    prefill: named(p),
-                    decode: named(&plan.decode),
-                    mode: Some("split"),
-                },
-                (None, Phase::Prefill) => Served {
-                    prefill: named(&plan.decode),
-                    ..Served::default()
-                },
-                (None, Phase::Decode) => Served {
-                    decode: named(&plan.decode),
-                    ..Served::default()
-                },
-                (None, Phase::Aggregated) => Served {
-                    prefill: named(&plan.decode),
-                    decode: named(&plan.decode),
-                    mode: Some("aggregated"),
-                },
-                (None, Phase::Encode) => Served::default(),
-            };
-        }
-        // Routed: the decode router's response names the decode endpoint itself; the
-        // prefill router's names the prefill endpoint.
-        let from = |h: &HeaderMap, name: &str, rev: &str| {
-            let get = |k: &str| h.get(k).and_then(|v| v.to_str().ok()).map(str::to_string);
-            get(name).map(|n| (n, get(rev)))
-        };
-        let prefill = trace.prefill_headers.as_ref().and_then(|h| {
-            from(
-                h,
-                headers::SERVED_PREFILL_ENDPOINT,
-                headers::SERVED_PREFILL_REVISION,
-            )
-        });
-        Served {
-            mode: prefill.is_some().then_some("split"),
-            prefill,
-            decode: None,
-        }
-    }
-
-    fn stamp(&self, h: &mut HeaderMap) {
-        let put = |h: &mut HeaderMap, k: &'static str, v: &str| {
-            if let Ok(v) = HeaderValue::from_str(v) {
-                h.insert(k, v);
-            }
-        };
-        let phases = [
-            (
-                &self.prefill,
-                headers::SERVED_PREFILL_ENDPOINT,
-                headers::SERVED_PREFILL_REVISION,
-            ),
-            (
-                &self.decode,
-                headers::SERVED_DECODE_ENDPOINT,
-                headers::SERVED_DECODE_REVISION,
-            ),
-        ];
-        for (served, name_header, revision_header) in phases {
-            if let Some((name, revision)) = served {
-                put(h, name_header, name);
-                if let Some(r) = revision {
-                    put(h, revision_header, r);
-                }
-            }
-        }
-        if let Some(mode) = self.mode {
-            put(h, headers::SERVED_MODE, mode);
-        } else if self.prefill.is_none()
-            && self.decode.is_none()
-            && h.contains_key(headers::SERVED_DECODE_ENDPOINT)
-        {
-            // Behind routers, no prefill leg, and a decode router answered: its endpoint ran
-            // the whole request (a served conditional-decode probe).
-            put(h, headers::SERVED_MODE, "aggregated");
-            for (from, to) in [
-                (
-                    headers::SERVED_DECODE_ENDPOINT,
-                    headers::SERVED_PREFILL_ENDPOINT,
-                ),
-                (
-                    headers::SERVED_DECODE_REVISION,
-                    headers::SERVED_PREFILL_REVISION,
-                ),
-            ] {
-                if let Some(v) = h.get(from).cloned() {
-                    h.insert(to, v);
-                }
-            }
-        }
-    }
 }

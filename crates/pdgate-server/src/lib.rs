@@ -13,6 +13,7 @@ pub mod metrics;
 pub mod plugin_metrics;
 pub mod proxy;
 pub mod scrape;
+pub mod served;
 pub mod threads;
 pub mod upstream;
 

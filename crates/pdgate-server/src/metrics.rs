@@ -23,6 +23,8 @@ pub struct Metrics {
     pub in_flight: IntGaugeVec,
     /// `pdgate_conditional_decode_probes_total{result}`: served / deferred / error.
     pub conditional_decode: IntCounterVec,
+    /// `pdgate_pin_rejections_total{reason}`: client pins refused (design.md §5.4).
+    pub pin_rejections: IntCounterVec,
     /// `pdgate_stream_errors_total`: upstream failures after streaming began.
     pub stream_errors: IntCounter,
     /// `pdgate_scrape_errors_total`: failed engine `/metrics` scrapes.
@@ -151,7 +153,13 @@ impl Metrics {
             pd: ["split", "aggregated"].map(|m| pd_decisions.with_label_values(&[m])),
             upstream: phases.map(|p| upstream.with_label_values(&[p])),
         };
+        let pin_rejections = counter_vec(
+            "pdgate_pin_rejections_total",
+            "Client pins refused, by reason.",
+            &["reason"],
+        );
         Metrics {
+            pin_rejections,
             plugins: crate::plugin_metrics::PluginFamilies::new(r.clone()),
             registry: r,
             requests,

@@ -8,6 +8,7 @@ use axum::body::Body;
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, StatusCode};
+use pdgate_api::hints::RoutingHints;
 use pdgate_api::{headers, prefer, ApiKind, InferenceRequest};
 use pdgate_coordinator::{Plan, Target};
 use pdgate_scheduler::{Rejection, RequestHeaders, SchedulingRequest};
@@ -122,6 +123,7 @@ fn local_encode(state: &AppState, snapshot: &pdgate_scheduler::Snapshot) -> Opti
         name: forward::LOCAL_ENCODE.into(),
         address: String::new(),
         revision: None,
+        dp_rank: None,
     })
 }
 
@@ -216,6 +218,10 @@ async fn run(
             .filter_map(|v| v.to_str().ok()),
         prefer::IF_AVAILABLE,
     );
+    let hints = RoutingHints::parse(
+        |n| client_headers.get(n).and_then(|v| v.to_str().ok()),
+        &req.body,
+    )?;
     let decision = scheduler_headers
         .0
         .get(headers::REVISION_DECISION_ID)
@@ -229,10 +235,20 @@ async fn run(
                 profile,
                 conditional,
                 headers: &scheduler_headers,
+                hints: (!hints.is_empty()).then_some(&hints),
                 ..SchedulingRequest::new(rid.to_str().unwrap_or_default(), &req.model, &req.prompt)
             },
             &snapshot,
         )
+        .inspect_err(|e| {
+            if let Rejection::Pin { reason, .. } = e.reason {
+                state
+                    .metrics
+                    .pin_rejections
+                    .with_label_values(&[reason])
+                    .inc();
+            }
+        })
         .map_err(|e| match e.reason {
             Rejection::UnknownProfile(_) => ApiError::InvalidHeader {
                 header: headers::EPP_PROFILE,

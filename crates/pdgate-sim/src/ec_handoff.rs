@@ -6,14 +6,13 @@
 //! entry to `http://{remote_host}:{remote_port}/ec/pull`; the encoder checks it against its
 //! encoder-cache leases and answers an [`EcPullGrant`] or an [`EcRejection`] (status,
 //! `ErrorBody`, and the reason label in `x-sim-ec-reject`). The prefill worker answers its
-//! client with the same status and `"ec_transfer_params rejected: " + reason`.
+//! client with the same status and `"ec_transfer_params rejected: " + reason`. The mechanics it
+//! shares with the KV handoff are in [`crate::pull`].
 
-use crate::handoff::{error_chain, join_host_port};
+use crate::pull::{join_host_port, send, Claim, Failure, Pull, PullRejection, Refusal};
 use pdgate_api::media::{EcTransferEntry, MediaKind};
-use pdgate_api::ErrorBody;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use std::time::Duration;
 
 /// Path of the encoder's side channel.
 pub const EC_PULL_PATH: &str = "/ec/pull";
@@ -47,11 +46,11 @@ pub struct EcPullGrant {
 /// Why an encoder handoff failed. Statuses: 400 malformed params, missing entry, hash
 /// mismatch; 404 unknown engine, unknown lease, unreachable encoder; 409 expired, consumed,
 /// other revision.
+pub type EcRejection = PullRejection<EcRefusal>;
+
+/// The refusals only the encoder handoff has.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum EcRejection {
-    /// `ec_transfer_params` is not an array of complete entries, or an entry matches no item.
-    #[error("{0}")]
-    Malformed(String),
+pub enum EcRefusal {
     /// A media item of the request has no entry with its hash.
     #[error("no entry for mm_hash {hash} (media item {index})")]
     MissingEntry {
@@ -59,50 +58,6 @@ pub enum EcRejection {
         hash: String,
         /// The item's index among the request's media items.
         index: usize,
-    },
-    /// The worker at the address is another engine.
-    #[error("engine {asked} is not served at {addr} (engine {actual} is)")]
-    UnknownEngine {
-        /// Engine id in the entry.
-        asked: String,
-        /// Address pulled from.
-        addr: String,
-        /// Engine id found there.
-        actual: String,
-    },
-    /// No such lease, live or recently ended.
-    #[error("engine {engine} holds no lease {lease}")]
-    UnknownLease {
-        /// Encoder engine id.
-        engine: String,
-        /// Lease id.
-        lease: String,
-    },
-    /// The lease's TTL ran out.
-    #[error("lease {lease} on engine {engine} expired")]
-    Expired {
-        /// Encoder engine id.
-        engine: String,
-        /// Lease id.
-        lease: String,
-    },
-    /// The lease was already pulled (single consumer).
-    #[error("lease {lease} on engine {engine} was already consumed")]
-    Consumed {
-        /// Encoder engine id.
-        engine: String,
-        /// Lease id.
-        lease: String,
-    },
-    /// Encoder and puller belong to different revisions (incompatible embeddings).
-    #[error("engine {engine} (revision {}) cannot hand encoder output to revision {}", show(.own), show(.asked))]
-    RevisionMismatch {
-        /// Encoder engine id.
-        engine: String,
-        /// Encoder's revision.
-        own: Option<String>,
-        /// Puller's revision.
-        asked: Option<String>,
     },
     /// The lease holds another item than the entry names.
     #[error("lease {lease} holds mm_hash {held}, not {asked}")]
@@ -114,90 +69,40 @@ pub enum EcRejection {
         /// Hash in the pull.
         asked: String,
     },
-    /// The pull itself failed (connect error, timeout, unexpected answer).
-    #[error("engine {engine} at {addr} is unreachable: {error}")]
-    Unreachable {
-        /// Encoder engine id.
-        engine: String,
-        /// Address pulled from.
-        addr: String,
-        /// Transport error.
-        error: String,
-    },
 }
 
-fn show(r: &Option<String>) -> &str {
-    r.as_deref().unwrap_or("none")
-}
+impl Refusal for EcRefusal {
+    const HANDS: &'static str = "encoder output";
+    const REJECTED_PREFIX: &'static str = EC_REJECTED_PREFIX;
+    const LABELS: &'static [&'static str] = &["missing_entry", "hash_mismatch"];
 
-impl EcRejection {
-    /// The HTTP status for this rejection.
-    pub fn status(&self) -> u16 {
-        match self {
-            EcRejection::Malformed(_)
-            | EcRejection::MissingEntry { .. }
-            | EcRejection::HashMismatch { .. } => 400,
-            EcRejection::UnknownEngine { .. }
-            | EcRejection::UnknownLease { .. }
-            | EcRejection::Unreachable { .. } => 404,
-            EcRejection::Expired { .. }
-            | EcRejection::Consumed { .. }
-            | EcRejection::RevisionMismatch { .. } => 409,
-        }
+    fn status(&self) -> u16 {
+        400
     }
 
-    /// Metric / stats label.
-    pub fn label(&self) -> &'static str {
+    fn label(&self) -> &'static str {
         match self {
-            EcRejection::Malformed(_) => "malformed",
-            EcRejection::MissingEntry { .. } => "missing_entry",
-            EcRejection::UnknownEngine { .. } => "unknown_engine",
-            EcRejection::UnknownLease { .. } => "unknown_lease",
-            EcRejection::Expired { .. } => "expired",
-            EcRejection::Consumed { .. } => "consumed",
-            EcRejection::RevisionMismatch { .. } => "revision_mismatch",
-            EcRejection::HashMismatch { .. } => "hash_mismatch",
-            EcRejection::Unreachable { .. } => "unreachable",
+            EcRefusal::MissingEntry { .. } => "missing_entry",
+            EcRefusal::HashMismatch { .. } => "hash_mismatch",
         }
     }
 }
 
-const LABELS: &[&str] = &[
-    "malformed",
-    "missing_entry",
-    "unknown_engine",
-    "unknown_lease",
-    "expired",
-    "consumed",
-    "revision_mismatch",
-    "hash_mismatch",
-    "unreachable",
-];
+/// A failed encoder handoff as the prefill worker reports it: status, label and reason (the
+/// client sees [`EC_REJECTED_PREFIX`] + reason).
+pub type EcFailure = Failure<EcRefusal>;
 
-/// A failed encoder handoff as the prefill worker reports it: status, label and reason.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct EcFailure {
-    /// HTTP status answered to the prefill client.
-    pub status: u16,
-    /// Metric / stats label (see [`EcRejection::label`]).
-    pub label: &'static str,
-    /// Why, without the [`EC_REJECTED_PREFIX`].
-    pub reason: String,
-}
+impl Pull for EcPullRequest {
+    const PATH: &'static str = EC_PULL_PATH;
+    const REJECT_HEADER: &'static str = EC_REJECT_HEADER;
+    type Grant = EcPullGrant;
+    type Refusal = EcRefusal;
 
-impl EcFailure {
-    /// The message the prefill client sees.
-    pub fn message(&self) -> String {
-        format!("{EC_REJECTED_PREFIX}{}", self.reason)
-    }
-}
-
-impl From<EcRejection> for EcFailure {
-    fn from(r: EcRejection) -> Self {
-        EcFailure {
-            status: r.status(),
-            label: r.label(),
-            reason: r.to_string(),
+    fn claim(&self) -> Claim<'_> {
+        Claim {
+            engine_id: &self.engine_id,
+            lease_id: &self.lease_id,
+            revision: &self.revision,
         }
     }
 }
@@ -246,54 +151,14 @@ pub async fn pull(
     entry: &EcTransferEntry,
     revision: Option<String>,
 ) -> Result<EcPullGrant, EcFailure> {
-    let addr = join_host_port(&entry.remote_host, entry.remote_port);
-    let unreachable = |error: String| -> EcFailure {
-        EcRejection::Unreachable {
-            engine: entry.encoder_engine_id.clone(),
-            addr: addr.clone(),
-            error,
-        }
-        .into()
-    };
     let body = EcPullRequest {
         engine_id: entry.encoder_engine_id.clone(),
         lease_id: entry.lease_id.clone(),
         mm_hash: entry.mm_hash.clone(),
         revision,
     };
-    let resp = client
-        .post(format!("http://{addr}{EC_PULL_PATH}"))
-        .timeout(Duration::from_secs(10))
-        .json(&body)
-        .send()
-        .await
-        .map_err(|e| unreachable(error_chain(&e)))?;
-    let status = resp.status();
-    let label = resp
-        .headers()
-        .get(EC_REJECT_HEADER)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|l| LABELS.iter().find(|k| **k == l).copied());
-    let bytes = resp
-        .bytes()
-        .await
-        .map_err(|e| unreachable(error_chain(&e)))?;
-    if status.is_success() {
-        return serde_json::from_slice(&bytes)
-            .map_err(|e| unreachable(format!("unexpected pull answer: {e}")));
-    }
-    let message = serde_json::from_slice::<ErrorBody>(&bytes)
-        .map(|b| b.error.message)
-        .unwrap_or_else(|_| String::from_utf8_lossy(&bytes).into_owned());
-    match label {
-        // A simulator answered: relay its status and reason.
-        Some(label) if status.is_client_error() => Err(EcFailure {
-            status: status.as_u16(),
-            label,
-            reason: message,
-        }),
-        _ => Err(unreachable(format!("pull answered {status}: {message}"))),
-    }
+    let addr = join_host_port(&entry.remote_host, entry.remote_port);
+    send(client, &addr, &body).await
 }
 
 #[cfg(test)]

@@ -5,11 +5,11 @@
 //! the prefill worker checks it against its leases and answers a [`PullGrant`] or a
 //! [`Rejection`] (status, `ErrorBody`, and the reason label in `x-sim-kv-reject`). The decode
 //! worker answers its client with the same status and `"kv_transfer_params rejected: " +
-//! reason`.
+//! reason`. The mechanics it shares with the encoder handoff are in [`crate::pull`].
 
-use pdgate_api::{ErrorBody, KvTransferParams};
+use crate::pull::{join_host_port, send, Claim, Failure, Pull, PullRejection, Refusal};
+use pdgate_api::KvTransferParams;
 use serde::{Deserialize, Serialize};
-use std::time::Duration;
 
 /// Path of the internal side channel.
 pub const PULL_PATH: &str = "/kv/pull";
@@ -54,55 +54,11 @@ pub struct PullGrant {
 
 /// Why a handoff failed. Statuses: 400 malformed params; 404 unknown engine, unknown lease,
 /// unreachable engine; 409 expired, consumed, other revision, prompt or block mismatch.
+pub type Rejection = PullRejection<KvRefusal>;
+
+/// The refusals only the KV handoff has.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum Rejection {
-    /// `kv_transfer_params` lacks a field or has a bad value.
-    #[error("{0}")]
-    Malformed(String),
-    /// The worker at the address is another engine.
-    #[error("engine {asked} is not served at {addr} (engine {actual} is)")]
-    UnknownEngine {
-        /// Engine id in the params.
-        asked: String,
-        /// Address pulled from.
-        addr: String,
-        /// Engine id found there.
-        actual: String,
-    },
-    /// No such lease, live or recently ended.
-    #[error("engine {engine} holds no lease {lease}")]
-    UnknownLease {
-        /// Engine id.
-        engine: String,
-        /// Lease id.
-        lease: String,
-    },
-    /// The lease's TTL ran out; its blocks were released.
-    #[error("lease {lease} on engine {engine} expired")]
-    Expired {
-        /// Engine id.
-        engine: String,
-        /// Lease id.
-        lease: String,
-    },
-    /// The lease was already pulled (single consumer).
-    #[error("lease {lease} on engine {engine} was already consumed")]
-    Consumed {
-        /// Engine id.
-        engine: String,
-        /// Lease id.
-        lease: String,
-    },
-    /// Prefill and decode belong to different revisions (incompatible KV formats).
-    #[error("engine {engine} (revision {}) cannot hand KV to revision {}", show(.own), show(.asked))]
-    RevisionMismatch {
-        /// Prefill engine id.
-        engine: String,
-        /// Prefill worker's revision.
-        own: Option<String>,
-        /// Decode worker's revision.
-        asked: Option<String>,
-    },
+pub enum KvRefusal {
     /// The decode's prompt is not the one the lease holds.
     #[error("lease {lease} holds another prompt ({held} tokens) than the decode request ({asked} tokens)")]
     PromptMismatch {
@@ -119,50 +75,21 @@ pub enum Rejection {
         /// Lease id.
         lease: String,
     },
-    /// The pull itself failed (connect error, timeout, unexpected answer).
-    #[error("engine {engine} at {addr} is unreachable: {error}")]
-    Unreachable {
-        /// Engine id.
-        engine: String,
-        /// Address pulled from.
-        addr: String,
-        /// Transport error.
-        error: String,
-    },
 }
 
-fn show(r: &Option<String>) -> &str {
-    r.as_deref().unwrap_or("none")
-}
+impl Refusal for KvRefusal {
+    const HANDS: &'static str = "KV";
+    const REJECTED_PREFIX: &'static str = REJECTED_PREFIX;
+    const LABELS: &'static [&'static str] = &["prompt_mismatch", "block_mismatch"];
 
-impl Rejection {
-    /// The HTTP status for this rejection.
-    pub fn status(&self) -> u16 {
-        match self {
-            Rejection::Malformed(_) => 400,
-            Rejection::UnknownEngine { .. }
-            | Rejection::UnknownLease { .. }
-            | Rejection::Unreachable { .. } => 404,
-            Rejection::Expired { .. }
-            | Rejection::Consumed { .. }
-            | Rejection::RevisionMismatch { .. }
-            | Rejection::PromptMismatch { .. }
-            | Rejection::BlockMismatch { .. } => 409,
-        }
+    fn status(&self) -> u16 {
+        409
     }
 
-    /// Metric / stats label.
-    pub fn label(&self) -> &'static str {
+    fn label(&self) -> &'static str {
         match self {
-            Rejection::Malformed(_) => "malformed",
-            Rejection::UnknownEngine { .. } => "unknown_engine",
-            Rejection::UnknownLease { .. } => "unknown_lease",
-            Rejection::Expired { .. } => "expired",
-            Rejection::Consumed { .. } => "consumed",
-            Rejection::RevisionMismatch { .. } => "revision_mismatch",
-            Rejection::PromptMismatch { .. } => "prompt_mismatch",
-            Rejection::BlockMismatch { .. } => "block_mismatch",
-            Rejection::Unreachable { .. } => "unreachable",
+            KvRefusal::PromptMismatch { .. } => "prompt_mismatch",
+            KvRefusal::BlockMismatch { .. } => "block_mismatch",
         }
     }
 }
@@ -211,45 +138,24 @@ impl PullTarget {
     }
 }
 
-/// A failed handoff as the decode worker reports it: status, label and reason.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HandoffFailure {
-    /// HTTP status answered to the decode client.
-    pub status: u16,
-    /// Metric / stats label (see [`Rejection::label`]).
-    pub label: &'static str,
-    /// Why, without the [`REJECTED_PREFIX`].
-    pub reason: String,
-}
+/// A failed handoff as the decode worker reports it: status, label and reason (the client sees
+/// [`REJECTED_PREFIX`] + reason).
+pub type HandoffFailure = Failure<KvRefusal>;
 
-impl HandoffFailure {
-    /// The message the decode client sees.
-    pub fn message(&self) -> String {
-        format!("{REJECTED_PREFIX}{}", self.reason)
-    }
-}
+impl Pull for PullRequest {
+    const PATH: &'static str = PULL_PATH;
+    const REJECT_HEADER: &'static str = REJECT_HEADER;
+    type Grant = PullGrant;
+    type Refusal = KvRefusal;
 
-impl From<Rejection> for HandoffFailure {
-    fn from(r: Rejection) -> Self {
-        HandoffFailure {
-            status: r.status(),
-            label: r.label(),
-            reason: r.to_string(),
+    fn claim(&self) -> Claim<'_> {
+        Claim {
+            engine_id: &self.engine_id,
+            lease_id: &self.request_id,
+            revision: &self.revision,
         }
     }
 }
-
-const LABELS: &[&str] = &[
-    "malformed",
-    "unknown_engine",
-    "unknown_lease",
-    "expired",
-    "consumed",
-    "revision_mismatch",
-    "prompt_mismatch",
-    "block_mismatch",
-    "unreachable",
-];
 
 /// Pulls the lease named by `target`; `revision` is the decode worker's.
 pub async fn pull(
@@ -260,14 +166,6 @@ pub async fn pull(
     prompt_fingerprint: u64,
     skip_tokens: usize,
 ) -> Result<PullGrant, HandoffFailure> {
-    let unreachable = |error: String| -> HandoffFailure {
-        Rejection::Unreachable {
-            engine: target.engine_id.clone(),
-            addr: target.addr.clone(),
-            error,
-        }
-        .into()
-    };
     let body = PullRequest {
         engine_id: target.engine_id.clone(),
         request_id: target.lease_id.clone(),
@@ -277,58 +175,5 @@ pub async fn pull(
         prompt_fingerprint: Some(prompt_fingerprint),
         skip_tokens,
     };
-    let resp = client
-        .post(format!("http://{}{}", target.addr, PULL_PATH))
-        .timeout(Duration::from_secs(10))
-        .json(&body)
-        .send()
-        .await
-        .map_err(|e| unreachable(error_chain(&e)))?;
-    let status = resp.status();
-    let label = resp
-        .headers()
-        .get(REJECT_HEADER)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|l| LABELS.iter().find(|k| **k == l).copied());
-    let bytes = resp
-        .bytes()
-        .await
-        .map_err(|e| unreachable(error_chain(&e)))?;
-    if status.is_success() {
-        return serde_json::from_slice(&bytes)
-            .map_err(|e| unreachable(format!("unexpected pull answer: {e}")));
-    }
-    let message = serde_json::from_slice::<ErrorBody>(&bytes)
-        .map(|b| b.error.message)
-        .unwrap_or_else(|_| String::from_utf8_lossy(&bytes).into_owned());
-    match label {
-        // A simulator answered: relay its status and reason.
-        Some(label) if status.is_client_error() => Err(HandoffFailure {
-            status: status.as_u16(),
-            label,
-            reason: message,
-        }),
-        _ => Err(unreachable(format!("pull answered {status}: {message}"))),
-    }
-}
-
-/// `host:port`, with an IPv6 host in brackets.
-pub(crate) fn join_host_port(host: &str, port: u16) -> String {
-    if host.contains(':') && !host.starts_with('[') {
-        format!("[{host}]:{port}")
-    } else {
-        format!("{host}:{port}")
-    }
-}
-
-/// An error and its sources, `: `-separated.
-pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut src = e.source();
-    while let Some(inner) = src {
-        s.push_str(": ");
-        s.push_str(&inner.to_string());
-        src = inner.source();
-    }
-    s
+    send(client, &target.addr, &body).await
 }

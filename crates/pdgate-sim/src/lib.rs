@@ -21,6 +21,7 @@ pub mod fleet;
 pub mod handoff;
 mod http;
 mod metrics;
+pub mod pull;
 mod stats;
 pub mod tokenizer;
 mod worker;

@@ -1,5 +1,7 @@
-//! [`WorkerStats`]: a worker's counters and current load, for tests and the in-process demo.
+//! [`WorkerStats`]: a worker's counters and current load, for tests and the in-process demo,
+//! and [`tally`], which counts the pulls and handoffs of either side channel.
 
+use prometheus::IntCounterVec;
 use std::collections::BTreeMap;
 
 /// A snapshot of one worker's counters (since start) and load (now).
@@ -14,7 +16,8 @@ pub struct WorkerStats {
     /// Decode legs whose KV came from a remote prefill (pull succeeded).
     pub remote_decode_legs: u64,
     /// Decode legs whose pull failed, by reason (`unknown_engine`, `unknown_lease`, `expired`,
-    /// `consumed`, `revision_mismatch`, `prompt_mismatch`, `malformed`, `unreachable`).
+    /// `consumed`, `revision_mismatch`, `prompt_mismatch`, `block_mismatch`, `malformed`,
+    /// `unreachable`).
     pub handoff_rejections: BTreeMap<String, u64>,
     /// Pulls of this worker's leases that succeeded.
     pub pulls_served: u64,
@@ -59,4 +62,22 @@ pub struct WorkerStats {
     pub ec_pull_rejections: BTreeMap<String, u64>,
     /// Live encoder-cache leases now.
     pub ec_leases: usize,
+}
+
+/// Counts one pull or handoff: in `metric` by result (`ok`, or the label it was `rejected_as`),
+/// and in the counters, `n` more in `ok` or one more under the label in `rejections`.
+pub(crate) fn tally(
+    metric: &IntCounterVec,
+    rejected_as: Option<&'static str>,
+    ok: &mut u64,
+    n: u64,
+    rejections: &mut BTreeMap<String, u64>,
+) {
+    metric
+        .with_label_values(&[rejected_as.unwrap_or("ok")])
+        .inc();
+    match rejected_as {
+        None => *ok += n,
+        Some(label) => *rejections.entry(label.into()).or_default() += 1,
+    }
 }

@@ -8,11 +8,7 @@ use serde_json::json;
 
 #[tokio::test]
 async fn completions_text_and_tokens_non_stream() {
-    let w = worker(
-        WorkerSpec::new("agg-0", "both").with_revision("rev-a"),
-        fast(),
-    )
-    .await;
+    let w = worker_rev("agg-0", "both", "rev-a").await;
     let r = post_with(
         &w.url(),
         "/v1/completions",
@@ -297,21 +293,22 @@ async fn models_health_and_metrics() {
     }
     let m = get("/metrics").await.unwrap().text().await.unwrap();
     let l = r#"{engine="0",model_name="pdgate-sim"}"#;
-    for line in [
-        format!("vllm:num_requests_running{l} 0"),
-        format!("vllm:num_requests_waiting{l} 0"),
-        format!("vllm:kv_cache_usage_perc{l} 0"),
-        format!("vllm:prompt_tokens_total{l} 80"),
-        format!("vllm:generation_tokens_total{l} 6"),
-        format!("vllm:prefix_cache_queries_total{l} 80"),
-        format!("vllm:prefix_cache_hits_total{l} 32"),
-        r#"vllm:request_success_total{engine="0",finished_reason="length",model_name="pdgate-sim"} 2"#.to_string(),
-        r#"vllm:cache_config_info{block_size="16",engine="0",model_name="pdgate-sim",num_gpu_blocks="16384"} 1"#.to_string(),
-        format!("vllm:time_to_first_token_seconds_count{l} 2"),
-        format!("vllm:e2e_request_latency_seconds_count{l} 2"),
-    ] {
-        assert!(m.lines().any(|x| x == line), "missing {line:?} in\n{m}");
-    }
+    assert_metric_lines(
+        &m,
+        &[
+            format!("vllm:num_requests_running{l} 0"),
+            format!("vllm:num_requests_waiting{l} 0"),
+            format!("vllm:kv_cache_usage_perc{l} 0"),
+            format!("vllm:prompt_tokens_total{l} 80"),
+            format!("vllm:generation_tokens_total{l} 6"),
+            format!("vllm:prefix_cache_queries_total{l} 80"),
+            format!("vllm:prefix_cache_hits_total{l} 32"),
+            r#"vllm:request_success_total{engine="0",finished_reason="length",model_name="pdgate-sim"} 2"#.to_string(),
+            r#"vllm:cache_config_info{block_size="16",engine="0",model_name="pdgate-sim",num_gpu_blocks="16384"} 1"#.to_string(),
+            format!("vllm:time_to_first_token_seconds_count{l} 2"),
+            format!("vllm:e2e_request_latency_seconds_count{l} 2"),
+        ],
+    );
 }
 
 #[tokio::test]
@@ -325,12 +322,7 @@ async fn fleet_on_ephemeral_ports_and_shutdown() {
         .unwrap();
     assert_ne!(fleet[0].addr(), fleet[1].addr());
     assert_ne!(fleet[0].engine_id(), fleet[1].engine_id());
-    let info: serde_json::Value = reqwest::get(format!("{}/sim/info", fleet[1].url()))
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let info = get_json(&format!("{}/sim/info", fleet[1].url())).await;
     assert_eq!(
         (info["name"].as_str(), info["role"].as_str()),
         (Some("decode-0"), Some("decode"))

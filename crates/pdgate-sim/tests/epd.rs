@@ -13,21 +13,9 @@ use std::time::Duration;
 
 #[tokio::test]
 async fn encode_prefill_decode_and_a_second_pull_is_consumed() {
-    let e = worker(
-        WorkerSpec::new("encode-0", "encode").with_revision("rev-a"),
-        fast(),
-    )
-    .await;
-    let p = worker(
-        WorkerSpec::new("prefill-0", "prefill").with_revision("rev-a"),
-        fast(),
-    )
-    .await;
-    let d = worker(
-        WorkerSpec::new("decode-0", "decode").with_revision("rev-a"),
-        fast(),
-    )
-    .await;
+    let e = worker_rev("encode-0", "encode", "rev-a").await;
+    let p = worker_rev("prefill-0", "prefill", "rev-a").await;
+    let d = worker_rev("decode-0", "decode", "rev-a").await;
     let media = [image(1), image(2)];
     let r = post_with(
         &e.url(),
@@ -70,7 +58,7 @@ async fn encode_prefill_decode_and_a_second_pull_is_consumed() {
 
     // The prefill leg carries both kv_transfer_params and ec_transfer_params.
     let leg = prefill_leg(&media, &b["ec_transfer_params"]);
-    let r = post(&p.url(), "/v1/chat/completions", leg.clone()).await;
+    let r = post_chat(&p, leg.clone()).await;
     assert_eq!(r.status, 200, "{}", r.body);
     assert_eq!(
         r.body["kv_transfer_params"]["remote_engine_id"],
@@ -90,15 +78,8 @@ async fn encode_prefill_decode_and_a_second_pull_is_consumed() {
     );
 
     // The decode leg takes the KV; it neither encodes nor pulls the media.
-    let mut kv = r.body["kv_transfer_params"].clone();
-    kv["do_remote_prefill"] = json!(true);
-    kv["do_remote_decode"] = json!(false);
-    let r = post(
-        &d.url(),
-        "/v1/chat/completions",
-        with(chat(&media, 4), json!({"kv_transfer_params": kv})),
-    )
-    .await;
+    let kv = decode_params(&r.body);
+    let r = post_chat(&d, with(chat(&media, 4), json!({"kv_transfer_params": kv}))).await;
     assert_eq!(r.status, 200, "{}", r.body);
     assert_eq!(r.body["usage"]["completion_tokens"], 4);
     let ds = d.stats();
@@ -112,61 +93,50 @@ async fn encode_prefill_decode_and_a_second_pull_is_consumed() {
     );
 
     // Single consumer: the same ec params again are refused.
-    let r = post(&p.url(), "/v1/chat/completions", leg).await;
-    assert_eq!(r.status, 409, "{}", r.body);
-    assert_eq!(
-        r.body["error"]["message"],
-        format!(
+    let r = post_chat(&p, leg).await;
+    assert_error(
+        &r,
+        409,
+        &format!(
             "ec_transfer_params rejected: lease {} on engine {} was already consumed",
             leases[0],
             e.engine_id()
-        )
+        ),
     );
     assert_eq!(p.stats().ec_handoff_rejections["consumed"], 1);
     assert_eq!(e.stats().ec_pull_rejections["consumed"], 2);
-    let m = metrics(&e).await;
     let l = r#"engine="0",model_name="pdgate-sim""#;
-    for line in [
-        format!("pdgate_sim_ec_pulls_total{{{l},result=\"ok\"}} 2"),
-        format!("pdgate_sim_ec_pulls_total{{{l},result=\"consumed\"}} 2"),
-        format!("pdgate_sim_mm_items_total{{{l},source=\"encoder\"}} 2"),
-        format!("pdgate_sim_ec_leases{{{l}}} 0"),
-    ] {
-        assert!(m.lines().any(|x| x == line), "missing {line:?} in\n{m}");
-    }
-    let m = metrics(&p).await;
-    for line in [
-        format!("pdgate_sim_ec_handoffs_total{{{l},result=\"ok\"}} 1"),
-        format!("pdgate_sim_ec_handoffs_total{{{l},result=\"consumed\"}} 1"),
-        format!("pdgate_sim_mm_items_total{{{l},source=\"remote\"}} 2"),
-    ] {
-        assert!(m.lines().any(|x| x == line), "missing {line:?} in\n{m}");
-    }
+    assert_metric_lines(
+        &metrics(&e).await,
+        &[
+            format!("pdgate_sim_ec_pulls_total{{{l},result=\"ok\"}} 2"),
+            format!("pdgate_sim_ec_pulls_total{{{l},result=\"consumed\"}} 2"),
+            format!("pdgate_sim_mm_items_total{{{l},source=\"encoder\"}} 2"),
+            format!("pdgate_sim_ec_leases{{{l}}} 0"),
+        ],
+    );
+    assert_metric_lines(
+        &metrics(&p).await,
+        &[
+            format!("pdgate_sim_ec_handoffs_total{{{l},result=\"ok\"}} 1"),
+            format!("pdgate_sim_ec_handoffs_total{{{l},result=\"consumed\"}} 1"),
+            format!("pdgate_sim_mm_items_total{{{l},source=\"remote\"}} 2"),
+        ],
+    );
 }
 
 #[tokio::test]
 async fn another_revision_is_refused_and_the_leases_kept() {
-    let e = worker(
-        WorkerSpec::new("encode-0", "encode").with_revision("rev-a"),
-        fast(),
-    )
-    .await;
-    let pb = worker(
-        WorkerSpec::new("prefill-0", "prefill").with_revision("rev-b"),
-        fast(),
-    )
-    .await;
+    let e = worker_rev("encode-0", "encode", "rev-a").await;
+    let pb = worker_rev("prefill-0", "prefill", "rev-b").await;
     let media = [image(1), image(2)];
     let ec = encode(&e, &media).await;
-    let r = post(&pb.url(), "/v1/chat/completions", prefill_leg(&media, &ec)).await;
-    assert_eq!(r.status, 409, "{}", r.body);
-    assert_eq!(
-        r.body["error"]["message"],
-        format!(
-            "ec_transfer_params rejected: engine {} (revision rev-a) cannot hand encoder output to revision rev-b",
-            e.engine_id()
-        )
+    let r = post_chat(&pb, prefill_leg(&media, &ec)).await;
+    let want = format!(
+        "ec_transfer_params rejected: engine {} (revision rev-a) cannot hand encoder output to revision rev-b",
+        e.engine_id()
     );
+    assert_error(&r, 409, &want);
     assert_eq!(pb.stats().ec_handoff_rejections["revision_mismatch"], 1);
     assert_eq!(e.stats().ec_pull_rejections["revision_mismatch"], 2);
     assert_eq!(
@@ -175,14 +145,9 @@ async fn another_revision_is_refused_and_the_leases_kept() {
         "a refused pull leaves the leases as they were"
     );
     // An aggregated worker of the right revision can still take them.
-    let agg = worker(
-        WorkerSpec::new("agg-0", "both").with_revision("rev-a"),
-        fast(),
-    )
-    .await;
-    let r = post(
-        &agg.url(),
-        "/v1/chat/completions",
+    let agg = worker_rev("agg-0", "both", "rev-a").await;
+    let r = post_chat(
+        &agg,
         with(chat(&media, 3), json!({"ec_transfer_params": ec})),
     )
     .await;
@@ -203,7 +168,7 @@ async fn without_ec_params_the_worker_encodes_itself() {
     let p = worker(WorkerSpec::new("prefill-0", "prefill"), cfg.clone()).await;
     let media = [image(1), image(2)];
     let t = tokio::time::Instant::now();
-    let r = post(&p.url(), "/v1/chat/completions", chat(&media, 1)).await;
+    let r = post_chat(&p, chat(&media, 1)).await;
     let local = t.elapsed();
     assert_eq!(r.status, 200, "{}", r.body);
     assert!(local >= Duration::from_millis(200), "{local:?}");
@@ -225,7 +190,7 @@ async fn without_ec_params_the_worker_encodes_itself() {
     let t = tokio::time::Instant::now();
     for item in &items {
         let leg = Value::Object(encode_leg_body("pdgate-sim", item));
-        let r = post(&e.url(), "/v1/chat/completions", leg).await;
+        let r = post_chat(&e, leg).await;
         assert_eq!(r.status, 200, "{}", r.body);
         entries.extend(r.body["ec_transfer_params"].as_array().unwrap().clone());
     }
@@ -233,12 +198,7 @@ async fn without_ec_params_the_worker_encodes_itself() {
         t.elapsed() >= Duration::from_millis(200),
         "the encoder pays the cost"
     );
-    let r = post(
-        &p.url(),
-        "/v1/chat/completions",
-        with(body, json!({"ec_transfer_params": entries})),
-    )
-    .await;
+    let r = post_chat(&p, with(body, json!({"ec_transfer_params": entries}))).await;
     assert_eq!(r.status, 200, "{}", r.body);
     let s = p.stats();
     assert_eq!(
@@ -263,23 +223,16 @@ async fn expired_encoder_leases_are_dropped_and_refused() {
     let p = worker(WorkerSpec::new("prefill-0", "prefill"), fast()).await;
     let media = [image(1)];
     let ec = encode(&e, &media).await;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-    while e.stats().ec_leases > 0 {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "lease never expired"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    let r = post(&p.url(), "/v1/chat/completions", prefill_leg(&media, &ec)).await;
-    assert_eq!(r.status, 409);
-    assert_eq!(
-        r.body["error"]["message"],
-        format!(
+    wait_until(|| e.stats().ec_leases == 0, || "lease never expired".into()).await;
+    let r = post_chat(&p, prefill_leg(&media, &ec)).await;
+    assert_error(
+        &r,
+        409,
+        &format!(
             "ec_transfer_params rejected: lease {} on engine {} expired",
             ec[0]["lease_id"].as_str().unwrap(),
             e.engine_id()
-        )
+        ),
     );
 }
 
@@ -296,12 +249,7 @@ async fn fleets_take_the_encode_role() {
     )
     .await
     .unwrap();
-    let info: Value = reqwest::get(format!("{}/sim/info", fleet[0].url()))
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let info = get_json(&format!("{}/sim/info", fleet[0].url())).await;
     assert_eq!(info["role"], "encode");
     assert_eq!(info["labels"]["llm-d.ai/role"], "encode");
     assert_eq!(fleet[0].role(), "encode");

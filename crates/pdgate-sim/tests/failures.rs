@@ -75,15 +75,11 @@ async fn abort_rate_one_cuts_streams_mid_way() {
     let s = w.stats();
     assert_eq!(s.injected_aborts, 1);
     // The cut request left the batch and released its blocks.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-    while w.stats().kv_blocks_used > 0 || w.stats().running > 0 {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "blocks leaked: {:?}",
-            w.stats()
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    wait_until(
+        || w.stats().kv_blocks_used == 0 && w.stats().running == 0,
+        || format!("blocks leaked: {:?}", w.stats()),
+    )
+    .await;
 }
 
 #[tokio::test(start_paused = true)]
@@ -125,14 +121,10 @@ async fn client_gone_releases_blocks() {
     resp.chunk().await.unwrap();
     assert_eq!(w.stats().running, 1);
     drop(resp);
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-    while w.stats().running > 0 || w.stats().kv_blocks_used > 0 {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "request never dropped: {:?}",
-            w.stats()
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    wait_until(
+        || w.stats().running == 0 && w.stats().kv_blocks_used == 0,
+        || format!("request never dropped: {:?}", w.stats()),
+    )
+    .await;
     assert_eq!(w.stats().cancelled, 1);
 }

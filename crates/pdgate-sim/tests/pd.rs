@@ -25,14 +25,6 @@ async fn prefill_leg(p: &WorkerHandle, prompt: &[u32]) -> Value {
     r.body
 }
 
-/// Decode-leg params: the prefill's answer with do_remote_prefill set (the router's relay).
-fn decode_params(prefill_body: &Value) -> Value {
-    let mut kv = prefill_body["kv_transfer_params"].clone();
-    kv["do_remote_prefill"] = json!(true);
-    kv["do_remote_decode"] = json!(false);
-    kv
-}
-
 async fn decode_leg(d: &WorkerHandle, prompt: &[u32], kv: &Value) -> Resp {
     post(
         &d.url(),
@@ -44,16 +36,8 @@ async fn decode_leg(d: &WorkerHandle, prompt: &[u32], kv: &Value) -> Resp {
 
 #[tokio::test]
 async fn prefill_then_decode_then_replay_is_consumed() {
-    let p = worker(
-        WorkerSpec::new("prefill-0", "prefill").with_revision("rev-a"),
-        fast(),
-    )
-    .await;
-    let d = worker(
-        WorkerSpec::new("decode-0", "decode").with_revision("rev-a"),
-        fast(),
-    )
-    .await;
+    let p = worker_rev("prefill-0", "prefill", "rev-a").await;
+    let d = worker_rev("decode-0", "decode", "rev-a").await;
     // Warm the prefill's cache with the first 64 tokens of the prompt.
     let warm = post(
         &p.url(),
@@ -116,22 +100,17 @@ async fn prefill_then_decode_then_replay_is_consumed() {
 
     // Single consumer: the same params again are refused.
     let r = decode_leg(&d, &prompt(), &decode_params(&pre)).await;
-    assert_eq!(r.status, 409);
-    assert_eq!(
-        r.body["error"]["message"],
-        format!(
+    assert_error(
+        &r,
+        409,
+        &format!(
             "kv_transfer_params rejected: lease {lease} on engine {} was already consumed",
             p.engine_id()
-        )
+        ),
     );
     assert_eq!(d.stats().handoff_rejections["consumed"], 1);
     assert_eq!(p.stats().pull_rejections["consumed"], 1);
-    let m = reqwest::get(format!("{}/metrics", d.url()))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let m = metrics(&d).await;
     assert!(m.contains(r#"pdgate_sim_kv_handoffs_total{engine="0",model_name="pdgate-sim",result="consumed"} 1"#), "{m}");
     assert!(
         m.contains(
@@ -143,23 +122,15 @@ async fn prefill_then_decode_then_replay_is_consumed() {
 
 #[tokio::test]
 async fn another_revision_is_refused_and_the_lease_kept() {
-    let p = worker(
-        WorkerSpec::new("prefill-0", "prefill").with_revision("rev-b"),
-        fast(),
-    )
-    .await;
-    let d = worker(
-        WorkerSpec::new("decode-0", "decode").with_revision("rev-a"),
-        fast(),
-    )
-    .await;
+    let p = worker_rev("prefill-0", "prefill", "rev-b").await;
+    let d = worker_rev("decode-0", "decode", "rev-a").await;
     let pre = prefill_leg(&p, &prompt()).await;
     let r = decode_leg(&d, &prompt(), &decode_params(&pre)).await;
-    assert_eq!(r.status, 409);
-    assert_eq!(
-        r.body["error"]["message"],
-        format!("kv_transfer_params rejected: engine {} (revision rev-b) cannot hand KV to revision rev-a", p.engine_id())
+    let want = format!(
+        "kv_transfer_params rejected: engine {} (revision rev-b) cannot hand KV to revision rev-a",
+        p.engine_id()
     );
+    assert_error(&r, 409, &want);
     assert_eq!(d.stats().handoff_rejections["revision_mismatch"], 1);
     assert_eq!(
         p.stats().leases,
@@ -168,11 +139,7 @@ async fn another_revision_is_refused_and_the_lease_kept() {
     );
 
     // A decode of the right revision can still take it.
-    let d2 = worker(
-        WorkerSpec::new("decode-1", "decode").with_revision("rev-b"),
-        fast(),
-    )
-    .await;
+    let d2 = worker_rev("decode-1", "decode", "rev-b").await;
     assert_eq!(
         decode_leg(&d2, &prompt(), &decode_params(&pre))
             .await
@@ -206,22 +173,22 @@ async fn unknown_engine_lease_unreachable_and_malformed() {
     let mut kv = decode_params(&pre);
     kv["remote_engine_id"] = json!("prefill-9-deadbeef");
     let r = decode_leg(&d, &prompt(), &kv).await;
-    assert_eq!(r.status, 404);
-    assert_eq!(
-        r.body["error"]["message"],
-        format!("kv_transfer_params rejected: engine prefill-9-deadbeef is not served at {addr} (engine {} is)", p.engine_id())
+    let want = format!(
+        "kv_transfer_params rejected: engine prefill-9-deadbeef is not served at {addr} (engine {} is)",
+        p.engine_id()
     );
+    assert_error(&r, 404, &want);
 
     let mut kv = decode_params(&pre);
     kv["remote_request_id"] = json!("no-such-lease");
     let r = decode_leg(&d, &prompt(), &kv).await;
-    assert_eq!(r.status, 404);
-    assert_eq!(
-        r.body["error"]["message"],
-        format!(
+    assert_error(
+        &r,
+        404,
+        &format!(
             "kv_transfer_params rejected: engine {} holds no lease no-such-lease",
             p.engine_id()
-        )
+        ),
     );
 
     // A different prompt than the prefill's.
@@ -242,10 +209,10 @@ async fn unknown_engine_lease_unreachable_and_malformed() {
     let mut kv = decode_params(&pre);
     kv["remote_host"] = json!(null);
     let r = decode_leg(&d, &prompt(), &kv).await;
-    assert_eq!(r.status, 400);
-    assert_eq!(
-        r.body["error"]["message"],
-        "kv_transfer_params rejected: kv_transfer_params.remote_host is missing or null"
+    assert_error(
+        &r,
+        400,
+        "kv_transfer_params rejected: kv_transfer_params.remote_host is missing or null",
     );
 
     let closed = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -270,16 +237,16 @@ async fn unknown_engine_lease_unreachable_and_malformed() {
         decode_leg(&d, &prompt(), &decode_params(&pre)).await.status,
         200
     );
-    let rej = d.stats().handoff_rejections;
-    for (k, n) in [
-        ("unknown_engine", 1),
-        ("unknown_lease", 1),
-        ("prompt_mismatch", 2),
-        ("malformed", 1),
-        ("unreachable", 1),
-    ] {
-        assert_eq!(rej.get(k), Some(&n), "{k} in {rej:?}");
-    }
+    assert_counts(
+        &d.stats().handoff_rejections,
+        &[
+            ("unknown_engine", 1),
+            ("unknown_lease", 1),
+            ("prompt_mismatch", 2),
+            ("malformed", 1),
+            ("unreachable", 1),
+        ],
+    );
 }
 
 #[tokio::test]
@@ -297,23 +264,16 @@ async fn expired_lease_is_released_and_refused() {
         .to_string();
     assert_eq!(p.stats().kv_blocks_used, 7);
     // The engine releases the blocks at the TTL by itself.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-    while p.stats().leases > 0 {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "lease never expired"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait_until(|| p.stats().leases == 0, || "lease never expired".into()).await;
     assert_eq!(p.stats().kv_blocks_used, 0);
     let r = decode_leg(&d, &prompt(), &decode_params(&pre)).await;
-    assert_eq!(r.status, 409);
-    assert_eq!(
-        r.body["error"]["message"],
-        format!(
+    assert_error(
+        &r,
+        409,
+        &format!(
             "kv_transfer_params rejected: lease {lease} on engine {} expired",
             p.engine_id()
-        )
+        ),
     );
 }
 

@@ -92,7 +92,9 @@ impl ProfileHandler for DisaggProfileHandler {
         ctx: &RequestCtx<'_>,
         runner: &dyn ProfileRunner,
     ) -> Result<SchedulingResult, Rejection> {
-        let mut decode = runner.run(ctx, &self.decode)?;
+        // The decode pick reads the Decode pin (decode pin, else worker pin) whether it ends
+        // split or aggregated.
+        let mut decode = runner.run(ctx, &self.decode, Phase::Decode)?;
         if ctx.req.conditional {
             let decision = self.conditional_decode(ctx, &decode.endpoint);
             conditional_verdict(decision, &decode.endpoint.endpoint.name)?;
@@ -108,7 +110,7 @@ impl ProfileHandler for DisaggProfileHandler {
                 .as_ref()
                 .is_some_and(|d| d.decide(ctx, &decode.endpoint) == Decision::Split);
         if split {
-            match runner.run(ctx, &self.prefill) {
+            match runner.run(ctx, &self.prefill, Phase::Prefill) {
                 Ok(mut prefill) => {
                     prefill.phase = Phase::Prefill;
                     decode.phase = Phase::Decode;

@@ -73,7 +73,7 @@ impl ProfileHandler for HeaderProfileHandler {
             (None, Some(h)) if !h.is_empty() => h,
             (None, _) => self.default_profile.as_str(),
         };
-        let mut pick = runner.run(ctx, name)?;
+        let mut pick = runner.run(ctx, name, phase_of_profile(name))?;
         pick.phase = phase_of_profile(name);
         Ok(SchedulingResult {
             prefill: None,

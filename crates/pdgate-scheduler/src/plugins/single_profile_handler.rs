@@ -12,6 +12,7 @@ use crate::error::Rejection;
 use crate::plugin::{ProfileHandler, ProfileRunner};
 use crate::registry::{decode, BuildCtx, Built, NoParams, PluginError, PluginType, Stage};
 use crate::request::{RequestCtx, SchedulingResult};
+use pdgate_api::Phase;
 use serde_yaml_ng::Value;
 use std::sync::Arc;
 
@@ -36,7 +37,7 @@ impl ProfileHandler for SingleProfileHandler {
     ) -> Result<SchedulingResult, Rejection> {
         Ok(SchedulingResult {
             prefill: None,
-            decode: runner.run(ctx, &self.profile)?,
+            decode: runner.run(ctx, &self.profile, Phase::Aggregated)?,
         })
     }
 }

@@ -6,7 +6,8 @@
 use super::lease::{Ended, Expiring};
 use super::sched::EngineState;
 use super::Engine;
-use crate::ec_handoff::{EcPullGrant, EcPullRequest, EcRejection};
+use crate::ec_handoff::{EcPullGrant, EcPullRequest, EcRefusal, EcRejection};
+use crate::pull::Pull;
 use pdgate_api::media::MediaKind;
 use tokio::time::Instant;
 
@@ -47,63 +48,28 @@ impl EngineState {
             .collect()
     }
 
-    /// Answers a pull of one of this engine's encoder leases. Checks, in order: engine id,
-    /// lease (live, or how it ended), expiry, revision, content hash. On success the lease ends;
-    /// a refused pull leaves a live lease as it was.
+    /// Answers a pull of one of this engine's encoder leases. Checks, in order: those of
+    /// [`super::lease::Leases::check`], content hash. On success the lease ends; a refused pull
+    /// leaves a live lease as it was.
     pub fn ec_pull(
         &mut self,
         req: &EcPullRequest,
         addr: &str,
         now: Instant,
     ) -> Result<EcPullGrant, EcRejection> {
-        let (engine, lease_id) = (self.engine_id.clone(), req.lease_id.clone());
-        if req.engine_id != engine {
-            return Err(EcRejection::UnknownEngine {
-                asked: req.engine_id.clone(),
-                addr: addr.to_string(),
-                actual: engine,
-            });
-        }
-        let Some(lease) = self.ec_leases.get(&lease_id) else {
-            return Err(match self.ec_leases.ended(&lease_id) {
-                Some(Ended::Consumed) => EcRejection::Consumed {
-                    engine,
-                    lease: lease_id,
-                },
-                Some(Ended::Expired) => EcRejection::Expired {
-                    engine,
-                    lease: lease_id,
-                },
-                None => EcRejection::UnknownLease {
-                    engine,
-                    lease: lease_id,
-                },
-            });
-        };
-        if lease.expires_at <= now {
-            self.ec_leases.end(&lease_id, Ended::Expired);
-            return Err(EcRejection::Expired {
-                engine,
-                lease: lease_id,
-            });
-        }
-        if req.revision != self.revision {
-            return Err(EcRejection::RevisionMismatch {
-                engine,
-                own: self.revision.clone(),
-                asked: req.revision.clone(),
-            });
-        }
+        let holder = self.holder(addr);
+        let lease = self.ec_leases.check(req.claim(), holder, now, drop)?;
         if req.mm_hash != lease.mm_hash {
-            return Err(EcRejection::HashMismatch {
-                lease: lease_id,
+            return Err(EcRefusal::HashMismatch {
+                lease: req.lease_id.clone(),
                 held: lease.mm_hash.clone(),
                 asked: req.mm_hash.clone(),
-            });
+            }
+            .into());
         }
         let l = self
             .ec_leases
-            .end(&lease_id, Ended::Consumed)
+            .end(&req.lease_id, Ended::Consumed)
             .expect("lease is live");
         Ok(EcPullGrant {
             mm_hash: l.mm_hash,
@@ -133,20 +99,10 @@ impl Engine {
     /// Answers a pull of one of this engine's encoder leases (`addr` names this worker in
     /// errors).
     pub fn ec_pull(&self, req: &EcPullRequest, addr: &str) -> Result<EcPullGrant, EcRejection> {
-        let mut st = self.state.lock();
-        let result = st.ec_pull(req, addr, Instant::now());
-        match &result {
-            Ok(_) => st.counters.ec_pulls_served += 1,
-            Err(r) => {
-                *st.counters
-                    .ec_pull_rejections
-                    .entry(r.label().into())
-                    .or_default() += 1
-            }
-        }
-        drop(st);
-        let label = result.as_ref().map_or_else(|r| r.label(), |_| "ok");
-        self.metrics.ec_pulls.with_label_values(&[label]).inc();
-        result
+        self.count_pull(
+            |st, now| st.ec_pull(req, addr, now),
+            &self.metrics.ec_pulls,
+            |c| (&mut c.ec_pulls_served, &mut c.ec_pull_rejections),
+        )
     }
 }

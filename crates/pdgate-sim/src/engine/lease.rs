@@ -1,9 +1,11 @@
 //! Leases: the prompt blocks a prefill leg keeps referenced for one remote decode (or the
 //! encoder output an encode leg keeps for one prefill, [`super::ec::EcLease`]), until it is
 //! pulled (single consumer) or the TTL runs out. Ended leases leave a tombstone so that a second
-//! pull is told "consumed" or "expired" rather than "unknown".
+//! pull is told "consumed" or "expired" rather than "unknown". [`Leases::check`] runs the checks
+//! every pull of either kind starts with.
 
 use super::cache::BlockId;
+use crate::pull::{Claim, PullRejection, Refusal};
 use lru::LruCache;
 use std::collections::{HashMap, VecDeque};
 use std::num::NonZeroUsize;
@@ -46,6 +48,17 @@ pub enum Ended {
     Consumed,
     /// Released by the engine at its TTL.
     Expired,
+}
+
+/// The engine answering a pull: its id and revision, and the address it was pulled at.
+#[derive(Debug, Clone)]
+pub struct Holder<'a> {
+    /// Engine id.
+    pub engine_id: String,
+    /// Engine revision.
+    pub revision: Option<String>,
+    /// `host:port` of this worker (named in errors).
+    pub addr: &'a str,
 }
 
 /// Live leases and tombstones (KV leases by default).
@@ -119,5 +132,49 @@ impl<T: Expiring> Leases<T> {
             self.order.pop_front();
         }
         None
+    }
+
+    /// The live lease a pull names, after the checks every pull starts with, in order: engine
+    /// id, lease (live, or how it ended), expiry, revision. A lease found expired is ended and
+    /// handed to `release`; any other refusal leaves a live lease as it was.
+    pub fn check<R: Refusal>(
+        &mut self,
+        pull: Claim<'_>,
+        holder: Holder<'_>,
+        now: Instant,
+        release: impl FnOnce(T),
+    ) -> Result<&T, PullRejection<R>> {
+        let (engine, lease) = (holder.engine_id, pull.lease_id.to_string());
+        if pull.engine_id != engine {
+            return Err(PullRejection::UnknownEngine {
+                asked: pull.engine_id.to_string(),
+                addr: holder.addr.to_string(),
+                actual: engine,
+            });
+        }
+        let expires_at = match self.get(pull.lease_id) {
+            Some(l) => l.expires_at(),
+            None => {
+                return Err(match self.ended(pull.lease_id) {
+                    Some(Ended::Consumed) => PullRejection::Consumed { engine, lease },
+                    Some(Ended::Expired) => PullRejection::Expired { engine, lease },
+                    None => PullRejection::UnknownLease { engine, lease },
+                })
+            }
+        };
+        if expires_at <= now {
+            if let Some(l) = self.end(pull.lease_id, Ended::Expired) {
+                release(l);
+            }
+            return Err(PullRejection::Expired { engine, lease });
+        }
+        if *pull.revision != holder.revision {
+            return Err(PullRejection::RevisionMismatch {
+                engine,
+                own: holder.revision,
+                asked: pull.revision.clone(),
+            });
+        }
+        Ok(self.get(pull.lease_id).expect("lease is live"))
     }
 }

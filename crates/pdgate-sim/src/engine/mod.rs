@@ -15,11 +15,14 @@ pub mod seq;
 use crate::config::SimConfig;
 use crate::handoff::{PullGrant, PullRequest, Rejection};
 use crate::metrics::Metrics;
-use crate::stats::WorkerStats;
+use crate::pull::{PullRejection, Refusal};
+use crate::stats::{tally, WorkerStats};
 use cache::{block_hashes, blocks_for, prompt_fingerprint};
 use parking_lot::Mutex;
+use prometheus::IntCounterVec;
 use sched::{EngineState, Plan};
 pub use seq::{Finish, SeqEvent, SeqMode};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{mpsc, Notify};
@@ -142,26 +145,29 @@ impl Engine {
 
     /// Answers a pull of one of this engine's leases (`addr` names this worker in errors).
     pub fn pull(&self, req: &PullRequest, addr: &str) -> Result<PullGrant, Rejection> {
-        let result = self.state.lock().pull(req, addr, Instant::now());
-        let label = match &result {
-            Ok(_) => "ok",
-            Err(r) => r.label(),
-        };
-        self.metrics.pulls.with_label_values(&[label]).inc();
-        {
-            let mut st = self.state.lock();
-            match &result {
-                Ok(_) => st.counters.pulls_served += 1,
-                Err(r) => {
-                    *st.counters
-                        .pull_rejections
-                        .entry(r.label().into())
-                        .or_default() += 1
-                }
-            }
-        }
+        let result = self.count_pull(
+            |st, now| st.pull(req, addr, now),
+            &self.metrics.pulls,
+            |c| (&mut c.pulls_served, &mut c.pull_rejections),
+        );
         // Released blocks may let a waiting request in.
         self.notify.notify_one();
+        result
+    }
+
+    /// Runs `pull` (of a KV or encoder lease) on the state and counts it: in `metric` by
+    /// result, and in the counters `counts` picks (pulls served, rejections by reason).
+    fn count_pull<G, R: Refusal>(
+        &self,
+        pull: impl FnOnce(&mut EngineState, Instant) -> Result<G, PullRejection<R>>,
+        metric: &IntCounterVec,
+        counts: fn(&mut WorkerStats) -> (&mut u64, &mut BTreeMap<String, u64>),
+    ) -> Result<G, PullRejection<R>> {
+        let mut st = self.state.lock();
+        let result = pull(&mut st, Instant::now());
+        let (served, rejections) = counts(&mut st.counters);
+        let rejected_as = result.as_ref().err().map(PullRejection::label);
+        tally(metric, rejected_as, served, 1, rejections);
         result
     }
 

@@ -4,12 +4,13 @@
 
 use super::cache::{block_hashes, blocks_for, BlockId, PrefixCache};
 use super::ec::EcLease;
-use super::lease::{Ended, Lease, Leases};
+use super::lease::{Ended, Holder, Lease, Leases};
 use super::seq::{Finish, LeaseInfo, Seq, SeqEvent, SeqMode};
 use crate::config::SimConfig;
 use crate::cost;
-use crate::handoff::{PullGrant, PullRequest, Rejection};
+use crate::handoff::{KvRefusal, PullGrant, PullRequest, Rejection};
 use crate::metrics::Metrics;
+use crate::pull::Pull;
 use crate::stats::WorkerStats;
 use std::collections::VecDeque;
 use tokio::time::Instant;
@@ -263,64 +264,31 @@ impl EngineState {
         }
     }
 
-    /// Answers a pull of one of this engine's leases. On success the lease ends and its blocks
-    /// are released; a refused pull leaves a live lease as it was.
+    /// Answers a pull of one of this engine's leases. Checks, in order: those of
+    /// [`Leases::check`], prompt, blocks. On success the lease ends and its blocks are released;
+    /// a refused pull leaves a live lease as it was.
     pub fn pull(
         &mut self,
         req: &PullRequest,
         addr: &str,
         now: Instant,
     ) -> Result<PullGrant, Rejection> {
-        let (engine, lease_id) = (self.engine_id.clone(), req.request_id.clone());
-        if req.engine_id != engine {
-            return Err(Rejection::UnknownEngine {
-                asked: req.engine_id.clone(),
-                addr: addr.to_string(),
-                actual: engine,
-            });
-        }
-        let Some(lease) = self.leases.get(&lease_id) else {
-            return Err(match self.leases.ended(&lease_id) {
-                Some(Ended::Consumed) => Rejection::Consumed {
-                    engine,
-                    lease: lease_id,
-                },
-                Some(Ended::Expired) => Rejection::Expired {
-                    engine,
-                    lease: lease_id,
-                },
-                None => Rejection::UnknownLease {
-                    engine,
-                    lease: lease_id,
-                },
-            });
-        };
-        if lease.expires_at <= now {
-            if let Some(l) = self.leases.end(&lease_id, Ended::Expired) {
-                self.cache.release(&l.blocks);
-            }
-            return Err(Rejection::Expired {
-                engine,
-                lease: lease_id,
-            });
-        }
-        if req.revision != self.revision {
-            return Err(Rejection::RevisionMismatch {
-                engine,
-                own: self.revision.clone(),
-                asked: req.revision.clone(),
-            });
-        }
+        let holder = self.holder(addr);
+        let cache = &mut self.cache;
+        let lease = self
+            .leases
+            .check(req.claim(), holder, now, |l| cache.release(&l.blocks))?;
         if req.num_tokens != lease.prompt_tokens
             || req
                 .prompt_fingerprint
                 .is_some_and(|f| f != lease.fingerprint)
         {
-            return Err(Rejection::PromptMismatch {
-                lease: lease_id,
+            return Err(KvRefusal::PromptMismatch {
+                lease: req.request_id.clone(),
                 held: lease.prompt_tokens,
                 asked: req.num_tokens,
-            });
+            }
+            .into());
         }
         if let Some(ids) = &req.block_ids {
             if !ids
@@ -329,12 +297,13 @@ impl EngineState {
                 .eq(lease.blocks.iter().copied())
                 || ids.iter().any(|b| *b > BlockId::MAX as u64)
             {
-                return Err(Rejection::BlockMismatch { lease: lease_id });
+                let lease = req.request_id.clone();
+                return Err(KvRefusal::BlockMismatch { lease }.into());
             }
         }
         let l = self
             .leases
-            .end(&lease_id, Ended::Consumed)
+            .end(&req.request_id, Ended::Consumed)
             .expect("lease is live");
         self.cache.release(&l.blocks);
         Ok(PullGrant {
@@ -342,6 +311,15 @@ impl EngineState {
             cached_tokens: l.cached_tokens,
             prompt_tokens: l.prompt_tokens,
         })
+    }
+
+    /// This engine as the holder of a pull at `addr`.
+    pub(super) fn holder<'a>(&self, addr: &'a str) -> Holder<'a> {
+        Holder {
+            engine_id: self.engine_id.clone(),
+            revision: self.revision.clone(),
+            addr,
+        }
     }
 
     pub(super) fn update_gauges(&self, m: &Metrics) {

@@ -6,14 +6,14 @@
 //! `encode_ms_per_item / speedup`, one item after the other across concurrent requests.
 
 use super::shape::{self, Shape};
-use super::{error, Worker};
-use crate::ec_handoff::{self, EcFailure, EcPullRequest, EcRejection, EC_REJECT_HEADER};
+use super::{answer_pull, Worker};
+use crate::ec_handoff::{self, EcFailure, EcPullRequest, EcRefusal, EcRejection};
+use crate::stats::tally;
 use crate::tokenizer;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use bytes::Bytes;
-use http::HeaderValue;
 use pdgate_api::media::{EcTransferEntry, MediaItem, MediaKind, EC_TRANSFER_PARAMS};
 use pdgate_api::{ApiKind, InferenceRequest};
 use serde_json::{Map, Value};
@@ -113,16 +113,13 @@ pub(super) async fn resolve_media(
         return Ok(());
     }
     let result = pull_all(w, params, items).await;
-    let label = result.as_ref().map_or_else(|f| f.label, |_| "ok");
-    w.metrics.ec_handoffs.with_label_values(&[label]).inc();
-    match &result {
-        Ok(()) => {
-            w.engine.count(|c| c.remote_encoded_items += n);
-            w.metrics.mm_items.with_label_values(&["remote"]).inc_by(n);
-        }
-        Err(f) => w
-            .engine
-            .count(|c| *c.ec_handoff_rejections.entry(f.label.into()).or_default() += 1),
+    let rejected_as = result.as_ref().err().map(|f| f.label);
+    w.engine.count(|c| {
+        let (ok, rejections) = (&mut c.remote_encoded_items, &mut c.ec_handoff_rejections);
+        tally(&w.metrics.ec_handoffs, rejected_as, ok, n, rejections)
+    });
+    if result.is_ok() {
+        w.metrics.mm_items.with_label_values(&["remote"]).inc_by(n);
     }
     result
 }
@@ -135,11 +132,11 @@ async fn pull_all(w: &Worker, params: &Value, items: &[MediaItem]) -> Result<(),
         .iter()
         .find(|i| !entries.iter().any(|e| e.mm_hash == i.hash))
     {
-        return Err(EcRejection::MissingEntry {
+        let missing = EcRefusal::MissingEntry {
             hash: item.hash.clone(),
             index: item.index,
-        }
-        .into());
+        };
+        return Err(EcRejection::from(missing).into());
     }
     if let Some((i, e)) = entries
         .iter()
@@ -163,19 +160,7 @@ async fn pull_all(w: &Worker, params: &Value, items: &[MediaItem]) -> Result<(),
 
 /// `POST /ec/pull`: hands one encoded item to a prefill (single consumer).
 pub(super) async fn ec_pull(State(w): State<Arc<Worker>>, body: Bytes) -> Response {
-    let reject = |status: u16, label: &'static str, message: String| {
-        let mut resp = error(status, message);
-        resp.headers_mut()
-            .insert(EC_REJECT_HEADER, HeaderValue::from_static(label));
-        resp
-    };
-    let req: EcPullRequest = match serde_json::from_slice(&body) {
-        Ok(r) => r,
-        Err(e) => return reject(400, "malformed", format!("pull request is malformed: {e}")),
-    };
-    let addr = format!("{}:{}", w.advertise_host, w.addr.port());
-    match w.engine.ec_pull(&req, &addr) {
-        Ok(grant) => Json(grant).into_response(),
-        Err(r) => reject(r.status(), r.label(), r.to_string()),
-    }
+    answer_pull(&w, &body, |req: &EcPullRequest, addr| {
+        w.engine.ec_pull(req, addr)
+    })
 }

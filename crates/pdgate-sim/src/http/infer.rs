@@ -9,6 +9,7 @@ use crate::config::DEFAULT_MAX_TOKENS;
 use crate::cost;
 use crate::engine::{Finish, SeqEvent, SeqMode, SeqRequest, SubmitError};
 use crate::handoff::{self, HandoffFailure, PullTarget, Rejection};
+use crate::stats::tally;
 use crate::tokenizer;
 use axum::body::Body;
 use axum::extract::State;
@@ -176,14 +177,10 @@ async fn remote_prefill(
         .await
     }
     .await;
-    let label = match &result {
-        Ok(_) => "ok",
-        Err(f) => f.label,
-    };
-    w.metrics.handoffs.with_label_values(&[label]).inc();
-    w.engine.count(|c| match &result {
-        Ok(_) => c.remote_decode_legs += 1,
-        Err(f) => *c.handoff_rejections.entry(f.label.into()).or_default() += 1,
+    let rejected_as = result.as_ref().err().map(|f| f.label);
+    w.engine.count(|c| {
+        let (ok, rejections) = (&mut c.remote_decode_legs, &mut c.handoff_rejections);
+        tally(&w.metrics.handoffs, rejected_as, ok, 1, rejections)
     });
     let grant = result?;
     let ms = cost::transfer_ms(

@@ -10,8 +10,9 @@ pub mod shape;
 use crate::config::{SimConfig, WorkerSpec};
 use crate::ec_handoff::EC_PULL_PATH;
 use crate::engine::Engine;
-use crate::handoff::{PullRequest, PULL_PATH, REJECT_HEADER};
+use crate::handoff::{PullRequest, PULL_PATH};
 use crate::metrics::Metrics;
+use crate::pull::{Pull, PullRejection};
 use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
@@ -186,23 +187,32 @@ async fn info(State(w): State<Arc<Worker>>) -> Response {
 }
 
 async fn kv_pull(State(w): State<Arc<Worker>>, body: Bytes) -> Response {
-    let req: PullRequest = match serde_json::from_slice(&body) {
+    answer_pull(&w, &body, |req: &PullRequest, addr| {
+        w.engine.pull(req, addr)
+    })
+}
+
+/// Answers a `POST` on a side channel ([`Pull::PATH`]): `serve`'s grant, or its rejection
+/// (and a body that does not parse, `malformed`) with the label in [`Pull::REJECT_HEADER`].
+/// `serve` gets the pull and this worker's advertised `host:port`.
+fn answer_pull<P: Pull>(
+    w: &Worker,
+    body: &[u8],
+    serve: impl FnOnce(&P, &str) -> Result<P::Grant, PullRejection<P::Refusal>>,
+) -> Response {
+    let reject = |status: u16, label: &'static str, message: String| {
+        let mut resp = error(status, message);
+        resp.headers_mut()
+            .insert(P::REJECT_HEADER, HeaderValue::from_static(label));
+        resp
+    };
+    let req: P = match serde_json::from_slice(body) {
         Ok(r) => r,
-        Err(e) => {
-            let mut resp = error(400, format!("pull request is malformed: {e}"));
-            resp.headers_mut()
-                .insert(REJECT_HEADER, HeaderValue::from_static("malformed"));
-            return resp;
-        }
+        Err(e) => return reject(400, "malformed", format!("pull request is malformed: {e}")),
     };
     let addr = format!("{}:{}", w.advertise_host, w.addr.port());
-    match w.engine.pull(&req, &addr) {
+    match serve(&req, &addr) {
         Ok(grant) => Json(grant).into_response(),
-        Err(r) => {
-            let mut resp = error(r.status(), r.to_string());
-            resp.headers_mut()
-                .insert(REJECT_HEADER, HeaderValue::from_static(r.label()));
-            resp
-        }
+        Err(r) => reject(r.status(), r.label(), r.to_string()),
     }
 }

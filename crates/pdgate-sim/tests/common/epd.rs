@@ -26,9 +26,14 @@ pub fn with(mut body: Value, fields: Value) -> Value {
     body
 }
 
+/// POSTs `body` to `w`'s `/v1/chat/completions`.
+pub async fn post_chat(w: &WorkerHandle, body: Value) -> Resp {
+    post(&w.url(), "/v1/chat/completions", body).await
+}
+
 /// Encodes `media` in one request on `e`; returns its `ec_transfer_params`.
 pub async fn encode(e: &WorkerHandle, media: &[Value]) -> Value {
-    let r = post(&e.url(), "/v1/chat/completions", chat(media, 1)).await;
+    let r = post_chat(e, chat(media, 1)).await;
     assert_eq!(r.status, 200, "{}", r.body);
     r.body["ec_transfer_params"].clone()
 }
@@ -39,13 +44,4 @@ pub fn prefill_leg(media: &[Value], ec: &Value) -> Value {
         chat(media, 1),
         json!({"kv_transfer_params": KvTransferParams::prefill_request_json(), "ec_transfer_params": ec}),
     )
-}
-
-pub async fn metrics(w: &WorkerHandle) -> String {
-    reqwest::get(format!("{}/metrics", w.url()))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap()
 }

@@ -305,13 +305,17 @@ fn header<'a>(ctx: &RequestCtx<'a>, name: &str) -> Option<&'a str> {
 impl Screener for RolloutScreener {
     fn screen(&self, ctx: &RequestCtx<'_>, candidates: &mut Candidates<'_>) -> Result<(), String> {
         let view = self.view(ctx.snapshot());
-        let chosen = match header(ctx, &self.header) {
-            Some(strict) if view.covers(strict) => strict.to_string(),
-            Some(strict) => {
+        // A client pin fixes the revision like a strict header (design.md §5.3).
+        let pinned = ctx.pins().revision.as_deref();
+        let strict = header(ctx, &self.header)
+            .map(|v| (v, format!("header {}", self.header)))
+            .or_else(|| pinned.map(|v| (v, "the pinned endpoint".to_string())));
+        let chosen = match strict {
+            Some((strict, _)) if view.covers(strict) => strict.to_string(),
+            Some((strict, from)) => {
                 self.strict_misses.fetch_add(1, Ordering::Relaxed);
                 return Err(format!(
-                    "strict revision `{strict}` (header {}) is not covered",
-                    self.header
+                    "strict revision `{strict}` ({from}) is not covered"
                 ));
             }
             None if self.gating.mode == Mode::Disabled => return Ok(()),
