@@ -30,6 +30,7 @@ pub use pins::{check_ranks, pin_for, resolve, validate, Pin, PinError, Resolved}
 pub use plugin::Decision;
 pub use request::{
     Pick, Rejected, RequestCtx, RequestHeaders, RequestState, SchedulingRequest, SchedulingResult,
+    SessionBinding,
 };
 pub use scheduler::Scheduler;
 

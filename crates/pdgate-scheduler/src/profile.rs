@@ -19,6 +19,19 @@ pub struct Profile {
 }
 
 impl Profile {
+    /// True when `endpoint` passes every filter of this profile (used to keep a request on
+    /// its session's endpoint only where the profile would allow it).
+    pub fn admits(&self, ctx: &RequestCtx<'_>, endpoint: &Arc<EndpointState>) -> bool {
+        let mut one: Candidates<'_> = vec![endpoint];
+        for f in &self.filters {
+            f.filter(ctx, &mut one);
+            if one.is_empty() {
+                return false;
+            }
+        }
+        true
+    }
+
     /// Picks one endpoint of `base` (the request's screened candidates: schedulable,
     /// serving the model).
     ///

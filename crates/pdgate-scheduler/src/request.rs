@@ -52,6 +52,30 @@ pub struct SchedulingRequest<'a> {
     pub headers: &'a dyn RequestHeaders,
     /// Client pins and DP ranks, parsed once at ingress (design.md §5.3); `None` = none.
     pub hints: Option<&'a RoutingHints>,
+    /// Endpoints the request's session (`x-session-id`) is bound to, per phase.
+    pub session: Option<&'a SessionBinding>,
+}
+
+/// A session's endpoints by phase (names), from the server's session table. A bound
+/// endpoint is used when it is still a candidate and passes the phase profile's filters;
+/// otherwise the profile chooses freely and the server rebinds the session.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SessionBinding {
+    /// Endpoint of the prefill phase.
+    pub prefill: Option<String>,
+    /// Endpoint of the decode (or aggregated) phase.
+    pub decode: Option<String>,
+}
+
+impl SessionBinding {
+    /// The bound endpoint of `phase` (decode and aggregated share one binding).
+    pub fn get(&self, phase: Phase) -> Option<&str> {
+        match phase {
+            Phase::Prefill => self.prefill.as_deref(),
+            Phase::Decode | Phase::Aggregated => self.decode.as_deref(),
+            Phase::Encode => None,
+        }
+    }
 }
 
 impl<'a> SchedulingRequest<'a> {
@@ -65,6 +89,7 @@ impl<'a> SchedulingRequest<'a> {
             conditional: false,
             headers: &(),
             hints: None,
+            session: None,
         }
     }
 }

@@ -253,9 +253,16 @@ impl ProfileRunner for Runner<'_> {
             .find(|p| p.name == name)
             .ok_or_else(|| Rejection::UnknownProfile(name.to_string()))?;
         // A pinned phase takes its validated endpoint: no filters, scorers or picker.
-        let endpoint = match ctx.pins().get(phase) {
-            Some(pinned) => pinned,
-            None => profile.run(ctx, self.base)?,
+        let session = ctx
+            .req
+            .session
+            .and_then(|s| s.get(phase))
+            .and_then(|name| self.base.iter().find(|e| e.endpoint.name == name))
+            .filter(|e| profile.admits(ctx, e));
+        let endpoint = match (ctx.pins().get(phase), session) {
+            (Some(pinned), _) => pinned,
+            (None, Some(bound)) => *bound,
+            (None, None) => profile.run(ctx, self.base)?,
         };
         Ok(Pick {
             guard: Booking::new(

@@ -118,6 +118,8 @@ pub struct AppState {
     pub routers: Option<PhaseRouters>,
     /// `forward_response_headers` (design.md §5.3).
     pub forward_rules: ForwardRules,
+    /// `x-session-id` bindings, shared by every server thread.
+    pub sessions: Arc<crate::session::SessionTable>,
 }
 
 /// A running server; stops its tasks when dropped.
@@ -270,6 +272,7 @@ pub async fn start_state(
         max_body_bytes: opts.max_body_bytes,
         routers: opts.routers,
         forward_rules: opts.forward_rules,
+        sessions: Arc::default(),
     });
     Ok((state, tasks))
 }
@@ -310,6 +313,7 @@ impl AppState {
             max_body_bytes: self.max_body_bytes,
             routers: self.routers.clone(),
             forward_rules: self.forward_rules.clone(),
+            sessions: self.sessions.clone(),
         }
     }
 }

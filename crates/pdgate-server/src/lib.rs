@@ -6,14 +6,17 @@
 pub mod app;
 pub mod args;
 pub mod body;
+pub mod breaker;
 pub mod discovery;
 pub mod errors;
 pub mod forward;
 pub mod metrics;
 pub mod plugin_metrics;
 pub mod proxy;
+pub mod retry;
 pub mod scrape;
 pub mod served;
+pub mod session;
 pub mod threads;
 pub mod upstream;
 

@@ -226,6 +226,10 @@ async fn run(
         .0
         .get(headers::REVISION_DECISION_ID)
         .cloned();
+    let session_id = hints.session_id.as_ref().map(|h| h.value.clone());
+    let session = session_id
+        .as_deref()
+        .and_then(|id| state.sessions.lookup(id, tokio::time::Instant::now()));
     let snapshot = state.registry.snapshot();
     let started = Instant::now();
     let result = state
@@ -236,6 +240,7 @@ async fn run(
                 conditional,
                 headers: &scheduler_headers,
                 hints: (!hints.is_empty()).then_some(&hints),
+                session: session.as_ref(),
                 ..SchedulingRequest::new(rid.to_str().unwrap_or_default(), &req.model, &req.prompt)
             },
             &snapshot,
@@ -260,6 +265,11 @@ async fn run(
         .metrics
         .scheduling
         .observe(started.elapsed().as_secs_f64());
+    if let Some(id) = &session_id {
+        state
+            .sessions
+            .bind(id, &result, tokio::time::Instant::now());
+    }
     let split = result.prefill.is_some() && req.n == 1;
     state.metrics.count_pd_decision(split);
     let plan = Plan {
