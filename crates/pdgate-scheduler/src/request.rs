@@ -54,6 +54,9 @@ pub struct SchedulingRequest<'a> {
     pub hints: Option<&'a RoutingHints>,
     /// Endpoints the request's session (`x-session-id`) is bound to, per phase.
     pub session: Option<&'a SessionBinding>,
+    /// Endpoints this request must not use (open circuit breakers, endpoints that already
+    /// failed it, other revisions on a retry); pinned endpoints are not affected.
+    pub avoid: Option<&'a (dyn Fn(&crate::Endpoint) -> bool + Sync)>,
 }
 
 /// A session's endpoints by phase (names), from the server's session table. A bound
@@ -90,6 +93,7 @@ impl<'a> SchedulingRequest<'a> {
             headers: &(),
             hints: None,
             session: None,
+            avoid: None,
         }
     }
 }
@@ -117,6 +121,8 @@ pub struct Pick {
     /// Booked at pick time; complete it when the phase's 2xx response ends, drop it when
     /// the phase ends either way.
     pub guard: Booking,
+    /// The endpoint was pinned by the client: never retried elsewhere.
+    pub pinned: bool,
     /// Prefix index estimate of the prompt tokens cached on this endpoint (tokens;
     /// matched blocks × block size, at most the prompt's token estimate; 0 without a producer).
     pub cached_tokens: usize,

@@ -105,6 +105,17 @@ impl Scheduler {
             .iter()
             .filter(|e| e.endpoint.schedulable())
             .collect();
+        if let Some(avoid) = req.avoid.filter(|_| !base.is_empty()) {
+            base.retain(|e| !avoid(&e.endpoint));
+            if base.is_empty() {
+                return Err(Rejection::Screened {
+                    reason: "every endpoint serving the request is unavailable \
+                             (failed or circuit open)"
+                        .into(),
+                }
+                .into());
+            }
+        }
         // A pin fixes the revision for the whole request (design.md §5.3).
         if let Some(rev) = &pins.revision {
             base.retain(|e| e.endpoint.revision() == Some(rev.as_str()));
@@ -259,7 +270,8 @@ impl ProfileRunner for Runner<'_> {
             .and_then(|s| s.get(phase))
             .and_then(|name| self.base.iter().find(|e| e.endpoint.name == name))
             .filter(|e| profile.admits(ctx, e));
-        let endpoint = match (ctx.pins().get(phase), session) {
+        let pinned = ctx.pins().get(phase);
+        let endpoint = match (pinned, session) {
             (Some(pinned), _) => pinned,
             (None, Some(bound)) => *bound,
             (None, None) => profile.run(ctx, self.base)?,
@@ -273,6 +285,7 @@ impl ProfileRunner for Runner<'_> {
             endpoint: endpoint.clone(),
             phase: Phase::Aggregated,
             profile: profile.name.clone(),
+            pinned: pinned.is_some(),
             cached_tokens: 0,
         })
     }

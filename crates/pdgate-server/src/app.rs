@@ -120,6 +120,8 @@ pub struct AppState {
     pub forward_rules: ForwardRules,
     /// `x-session-id` bindings, shared by every server thread.
     pub sessions: Arc<crate::session::SessionTable>,
+    /// Per-endpoint circuit breakers, shared by every server thread.
+    pub breakers: Arc<crate::breaker::Breakers>,
 }
 
 /// A running server; stops its tasks when dropped.
@@ -273,6 +275,7 @@ pub async fn start_state(
         routers: opts.routers,
         forward_rules: opts.forward_rules,
         sessions: Arc::default(),
+        breakers: Arc::default(),
     });
     Ok((state, tasks))
 }
@@ -314,6 +317,7 @@ impl AppState {
             routers: self.routers.clone(),
             forward_rules: self.forward_rules.clone(),
             sessions: self.sessions.clone(),
+            breakers: self.breakers.clone(),
         }
     }
 }

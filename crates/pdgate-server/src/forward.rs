@@ -5,140 +5,19 @@
 use crate::app::AppState;
 use crate::body::GuardedBody;
 use crate::errors::ApiError;
+use crate::local_dispatch::LocalDispatch;
 use crate::served::Served;
 use axum::body::Body;
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
-use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
+use http::{HeaderMap, HeaderValue, StatusCode};
 use hyper::body::Incoming;
-use parking_lot::Mutex;
-use pdgate_api::{headers, InferenceRequest, Phase, PromptInput};
+use pdgate_api::{headers, InferenceRequest, Phase};
 use pdgate_coordinator::{
-    header_rules, DispatchError, Dispatcher, Outcome, PhaseRequest, PhaseResponse, PipelineError,
-    Plan, Target, Trace,
+    header_rules, Dispatcher, Outcome, PhaseResponse, PipelineError, Plan, Trace,
 };
-use pdgate_scheduler::{Pick, SchedulingRequest, SchedulingResult};
+use pdgate_scheduler::{Pick, SchedulingResult};
 use std::time::Instant;
-
-/// The dispatch target of a pick: the endpoint's name, address and revision.
-pub fn target(p: &Pick) -> Target {
-    let ep = &p.endpoint.endpoint;
-    Target {
-        name: ep.name.clone(),
-        address: ep.address.clone(),
-        revision: ep.revision().map(str::to_string),
-        dp_rank: ep.dp_rank,
-    }
-}
-
-/// Target name of in-process encode legs: the dispatcher picks an encode endpoint per leg.
-pub const LOCAL_ENCODE: &str = "encode";
-
-/// In-process dispatch: each leg goes to its endpoint over the pooled client, and the
-/// scheduler's `ResponseHeader` hooks run on each phase response head (they stamp headers
-/// the coordinator then sees, and producers learn what the engine now holds). Encode legs
-/// (one per media item) are scheduled here, each through the `encode` profile with the
-/// leg's headers (so the request's decision id shares one revision draw).
-struct LocalDispatch<'a> {
-    state: &'a AppState,
-    result: Option<&'a SchedulingResult>,
-    model: &'a str,
-    /// Legs go to per-role routers (which choose DP ranks themselves), not engines.
-    routed: bool,
-    /// The request's revision decision id (local scheduling only).
-    decision_id: Option<&'a HeaderValue>,
-    /// Encode picks, booked until the request ends.
-    encode_picks: Mutex<Vec<Pick>>,
-}
-
-impl LocalDispatch<'_> {
-    fn stamp(&self, pick: &Pick, resp: &mut PhaseResponse<Incoming>) {
-        for (name, value) in self.state.scheduler.response_received(pick, resp.status) {
-            if let (Ok(n), Ok(v)) = (
-                HeaderName::from_bytes(name.as_bytes()),
-                HeaderValue::from_str(&value),
-            ) {
-                resp.headers.insert(n, v);
-            }
-        }
-    }
-
-    async fn dispatch_encode(
-        &self,
-        mut leg: PhaseRequest,
-    ) -> Result<PhaseResponse<Incoming>, DispatchError> {
-        let snapshot = self.state.registry.snapshot();
-        let prompt = PromptInput::Text(String::new());
-        let rid = leg
-            .headers
-            .get(headers::REQUEST_ID)
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or_default()
-            .to_string();
-        // The scheduler sees the leg's headers plus the request's decision id (shared by
-        // every encode pick of the request); the engine never gets the id.
-        let mut view = leg.headers.clone();
-        if let Some(id) = self.decision_id {
-            view.insert(headers::REVISION_DECISION_ID, id.clone());
-        }
-        let picked = self.state.scheduler.schedule(
-            &SchedulingRequest {
-                profile: Some(LOCAL_ENCODE),
-                headers: &crate::proxy::Headers(&view),
-                ..SchedulingRequest::new(&rid, self.model, &prompt)
-            },
-            &snapshot,
-        );
-        let mut pick = match picked {
-            Ok(r) => r.decode,
-            Err(rejected) => {
-                let reason = rejected.to_string();
-                let status = ApiError::Rejected(rejected).status().as_u16();
-                return Err(DispatchError::Unscheduled { status, reason });
-            }
-        };
-        pick.phase = Phase::Encode;
-        leg.target = target(&pick);
-        set_dp_rank(&mut leg);
-        let mut resp = self.state.upstream.dispatch(leg).await?;
-        self.stamp(&pick, &mut resp);
-        if (200..300).contains(&resp.status) {
-            pick.guard.complete();
-        }
-        self.encode_picks.lock().push(pick);
-        Ok(resp)
-    }
-}
-
-impl Dispatcher for LocalDispatch<'_> {
-    type Body = Incoming;
-
-    async fn dispatch(
-        &self,
-        mut leg: PhaseRequest,
-    ) -> Result<PhaseResponse<Incoming>, DispatchError> {
-        let phase = leg.phase;
-        if phase == Phase::Encode && leg.target.name == LOCAL_ENCODE {
-            return self.dispatch_encode(leg).await;
-        }
-        if !self.routed {
-            set_dp_rank(&mut leg);
-        }
-        let mut resp = self.state.upstream.dispatch(leg).await?;
-        let pick = self.result.and_then(|r| match phase {
-            Phase::Prefill => r.prefill.as_ref(),
-            _ => Some(&r.decode),
-        });
-        if let Some(pick) = pick {
-            self.stamp(pick, &mut resp);
-        }
-        Ok(resp)
-    }
-
-    async fn collect(&self, endpoint: &str, body: Incoming) -> Result<Bytes, DispatchError> {
-        self.state.upstream.collect(endpoint, body).await
-    }
-}
 
 /// One parsed client request, as the pipeline sends it.
 #[derive(Clone, Copy)]
@@ -151,21 +30,6 @@ pub struct Ingress<'a> {
     pub upstream_headers: &'a HeaderMap,
     /// `x-request-id`.
     pub rid: &'a HeaderValue,
-}
-
-/// The engine's data-parallel rank header (vLLM `X-data-parallel-rank`) for the leg's
-/// endpoint: set to its rank, removed when it has none (a client's copy never reaches the
-/// engine unchecked).
-fn set_dp_rank(leg: &mut PhaseRequest) {
-    match leg.target.dp_rank {
-        Some(r) => {
-            leg.headers
-                .insert(headers::DATA_PARALLEL_RANK, HeaderValue::from(r));
-        }
-        None => {
-            leg.headers.remove(headers::DATA_PARALLEL_RANK);
-        }
-    }
 }
 
 /// Runs `plan` and answers the client. `result` holds the local picks (`None` when the plan
@@ -186,14 +50,7 @@ pub async fn forward(
     } = *ingress;
     let mut trace = Trace::default();
     let leg_started = Instant::now();
-    let dispatcher = LocalDispatch {
-        state,
-        result: result.as_ref(),
-        model: &req.model,
-        routed: plan.routed,
-        decision_id,
-        encode_picks: Mutex::new(Vec::new()),
-    };
+    let dispatcher = LocalDispatch::new(state, result.as_ref(), req, plan.routed, decision_id);
     let outcome = pdgate_coordinator::run(
         &dispatcher,
         plan,
@@ -211,7 +68,15 @@ pub async fn forward(
             .with_label_values(&[p.as_str()])
             .inc();
     }
-    let served = Served::of(plan, result.as_ref(), &trace);
+    // Retried phases ran on other endpoints than planned: report and book those.
+    let mut plan_served = plan.clone();
+    for (phase, t) in dispatcher.replaced_targets() {
+        match phase {
+            Phase::Prefill => plan_served.prefill = Some(t),
+            _ => plan_served.decode = t,
+        }
+    }
+    let served = Served::of(&plan_served, result.as_ref(), &trace);
     let prefill_ran = trace.prefill_headers.is_some();
     // The phase the last leg ran, for metrics: a header-selected profile's own phase in a
     // per-role router; behind routers, decode only after a prefill leg.
@@ -224,15 +89,26 @@ pub async fn forward(
         state.metrics.count_pd_decision(prefill_ran);
     }
     // The prefill leg is over either way: release its booking now, not at end of stream.
+    let prefill_done = trace.prefill_headers.is_some();
+    let prefill_replacement = dispatcher.take_replacement(Phase::Prefill);
+    let decode_replacement = dispatcher
+        .take_replacement(Phase::Decode)
+        .or_else(|| dispatcher.take_replacement(Phase::Aggregated));
+    drop(dispatcher);
+    // The prefill booking that served completes; one that failed over does not.
+    let prefill_retried = prefill_replacement.is_some();
+    if let Some(mut p) = prefill_replacement.filter(|_| prefill_done) {
+        p.guard.complete();
+    }
     let decode_pick = result.map(|mut r| {
         if let Some(p) = r
             .prefill
             .as_mut()
-            .filter(|_| trace.prefill_headers.is_some())
+            .filter(|_| prefill_done && !prefill_retried)
         {
             p.guard.complete();
         }
-        r.decode
+        decode_replacement.unwrap_or(r.decode)
     });
     let mut resp = respond(state, plan, outcome, decode_pick, leg_started, last_phase)
         .await

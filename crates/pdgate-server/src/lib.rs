@@ -10,6 +10,7 @@ pub mod breaker;
 pub mod discovery;
 pub mod errors;
 pub mod forward;
+pub mod local_dispatch;
 pub mod metrics;
 pub mod plugin_metrics;
 pub mod proxy;

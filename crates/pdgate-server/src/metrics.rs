@@ -23,6 +23,8 @@ pub struct Metrics {
     pub in_flight: IntGaugeVec,
     /// `pdgate_conditional_decode_probes_total{result}`: served / deferred / error.
     pub conditional_decode: IntCounterVec,
+    /// `pdgate_retries_total{phase}`: legs retried on another endpoint.
+    pub retries: IntCounterVec,
     /// `pdgate_pin_rejections_total{reason}`: client pins refused (design.md §5.4).
     pub pin_rejections: IntCounterVec,
     /// `pdgate_stream_errors_total`: upstream failures after streaming began.
@@ -158,7 +160,13 @@ impl Metrics {
             "Client pins refused, by reason.",
             &["reason"],
         );
+        let retries = counter_vec(
+            "pdgate_retries_total",
+            "Phase legs retried on another endpoint, by phase.",
+            &["phase"],
+        );
         Metrics {
+            retries,
             pin_rejections,
             plugins: crate::plugin_metrics::PluginFamilies::new(r.clone()),
             registry: r,

@@ -4,6 +4,7 @@
 use crate::app::AppState;
 use crate::errors::ApiError;
 use crate::forward;
+use crate::local_dispatch;
 use axum::body::Body;
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
@@ -114,13 +115,13 @@ fn local_encode(state: &AppState, snapshot: &pdgate_scheduler::Snapshot) -> Opti
     let has_profile = state
         .scheduler
         .profile_names()
-        .any(|p| p == forward::LOCAL_ENCODE);
+        .any(|p| p == local_dispatch::LOCAL_ENCODE);
     let has_encoder = snapshot
         .endpoints
         .iter()
         .any(|e| e.endpoint.schedulable() && e.endpoint.role.is_some_and(|r| r.can_encode()));
     (has_profile && has_encoder).then(|| Target {
-        name: forward::LOCAL_ENCODE.into(),
+        name: local_dispatch::LOCAL_ENCODE.into(),
         address: String::new(),
         revision: None,
         dp_rank: None,
@@ -231,6 +232,8 @@ async fn run(
         .as_deref()
         .and_then(|id| state.sessions.lookup(id, tokio::time::Instant::now()));
     let snapshot = state.registry.snapshot();
+    let now = tokio::time::Instant::now();
+    let avoid_open = |e: &pdgate_scheduler::Endpoint| state.breakers.is_open(&e.name, now);
     let started = Instant::now();
     let result = state
         .scheduler
@@ -241,6 +244,7 @@ async fn run(
                 headers: &scheduler_headers,
                 hints: (!hints.is_empty()).then_some(&hints),
                 session: session.as_ref(),
+                avoid: Some(&avoid_open),
                 ..SchedulingRequest::new(rid.to_str().unwrap_or_default(), &req.model, &req.prompt)
             },
             &snapshot,
@@ -277,8 +281,8 @@ async fn run(
             .prefill
             .as_ref()
             .filter(|_| split)
-            .map(forward::target),
-        decode: forward::target(&result.decode),
+            .map(local_dispatch::target),
+        decode: local_dispatch::target(&result.decode),
         encode: local_encode(state, &snapshot),
         routed: false,
         conditional: false,

@@ -27,7 +27,8 @@ enum Cmd {
     Sim(pdgate_sim::SimArgs),
     /// Replay a Mooncake trace or a built-in workload against an OpenAI-compatible URL.
     Bench(pdgate_bench::BenchArgs),
-    /// Simulated P/D fleet + router, prefix-aware vs round-robin, side by side.
+    /// Simulated P/D fleet + router, prefix-aware vs round-robin, side by side (`--rollout`:
+    /// a revision rollout through per-role routers instead).
     Demo(pdgate::demo::DemoArgs),
     /// Validate an EndpointPickerConfig and print it with defaults injected.
     CheckConfig {

@@ -1,0 +1,532 @@
+//! The acceptance checks of a rollout (pure: no I/O).
+//!
+//! Attribution rule: a step request belongs to the step it was sent in (step traffic is sent
+//! only after both routers hold the step's file, and finishes before the next file is
+//! written). A trickle request belongs to the step during whose window — from the write of
+//! that step's file to the write of the next — its answer arrived.
+//!
+//! A non-2xx is allowed only
+//! - for a step request of an uncovered step (no covered revision: every request fails closed);
+//! - for a trickle request in flight at some time during an uncovered window, which runs from
+//!   the write of the uncovered step's file until both routers hold the next file (requests
+//!   straddling a change into or out of the uncovered step);
+//! - for a trickle request in flight while the two routers held different files across a
+//!   change of the covered set (the routers poll the file independently: the decode router
+//!   may already draw a newly covered revision that the prefill router does not cover yet, or
+//!   still draw one the prefill router no longer covers), and only as the strict-revision
+//!   503 (`strict revision … is not covered`). These are counted apart ("skew").
+//!
+//! Every non-2xx must be a 503 whose message names its reason (`… covered …`).
+
+use super::plan::{max_role_shares, Counts, REVISIONS};
+use super::report::{
+    error_message, pct, Check, Observed, Outcome, Probes, RolloutReport, StepRow, StepTiming,
+};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// Slack around the measured router apply moments (the registries are polled every ms).
+const SLACK_MS: f64 = 5.0;
+
+/// Interval during which the two routers may hold different files after `t`'s write, ms
+/// since the start, with slack.
+fn skew_window(t: &StepTiming, end_ms: f64) -> (f64, f64) {
+    let first = t.applied.iter().flatten().fold(end_ms, |a, b| a.min(*b));
+    let last = match t.applied {
+        [Some(p), Some(d)] => p.max(d),
+        _ => end_ms,
+    };
+    (first.min(last) - SLACK_MS, last + SLACK_MS)
+}
+
+fn covered_set(c: &Counts) -> BTreeSet<String> {
+    max_role_shares(&c.per_revision())
+        .into_iter()
+        .map(|(r, _)| r)
+        .collect()
+}
+
+/// Builds the table and checks `obs` (`tolerance`: share tolerance as a fraction;
+/// `min_requests`: fewest requests in total).
+pub fn evaluate(mut obs: Observed, tolerance: f64, min_requests: usize) -> RolloutReport {
+    let n = obs.steps.len();
+    let writes: Vec<f64> = obs.timings.iter().map(|t| t.write_ms).collect();
+    for o in obs.outcomes.iter_mut().filter(|o| o.trickle) {
+        o.step = writes
+            .iter()
+            .rposition(|w| *w <= o.answered_ms)
+            .unwrap_or(0);
+    }
+    // Uncovered windows: the uncovered step's write → both routers hold the next file.
+    let mut uncovered = Vec::new();
+    for (k, c) in obs.steps.iter().enumerate() {
+        if c.expected_b_share().is_none() {
+            let end = obs.timings.get(k + 1).map_or(obs.end_ms, |t| {
+                t.apply_ms().map_or(obs.end_ms, |a| t.write_ms + a)
+            });
+            uncovered.push((writes[k], end + SLACK_MS));
+        }
+    }
+    // Skew windows: changes of the covered set while the routers disagree.
+    let skews: Vec<(f64, f64)> = (1..n)
+        .filter(|&k| covered_set(&obs.steps[k - 1]) != covered_set(&obs.steps[k]))
+        .map(|k| skew_window(&obs.timings[k], obs.end_ms))
+        .collect();
+    let overlaps = |o: &Outcome, w: &(f64, f64)| o.sent_ms <= w.1 && o.answered_ms >= w.0;
+
+    let mut rows: Vec<StepRow> = obs
+        .steps
+        .iter()
+        .zip(&obs.timings)
+        .map(|(c, t)| StepRow {
+            counts: *c,
+            expected_b: c.expected_b_share(),
+            apply_ms: t.apply_ms(),
+            skew_ms: match t.applied {
+                [Some(p), Some(d)] => Some((p - d).abs()),
+                _ => None,
+            },
+            ..StepRow::default()
+        })
+        .collect();
+    for (row, p) in rows.iter_mut().zip(&obs.probes) {
+        row.probes = *p;
+    }
+    let mut errors = BTreeMap::new();
+    let (mut bad_status, mut unexpected) = (Vec::new(), Vec::new());
+    // Strict-revision 503s while the routers disagreed: all, and those outside the uncovered
+    // window.
+    let (mut strict_skew, mut skew_only) = (0usize, 0usize);
+    let (mut split, mut aggregated, mut header_faults) = (0usize, 0usize, Vec::new());
+    let mut b_ok = vec![(0usize, 0usize); n];
+    for o in &obs.outcomes {
+        let row = &mut rows[o.step];
+        if o.trickle {
+            row.trickle += 1;
+        } else {
+            row.requests += 1;
+        }
+        if o.ok {
+            match o.pd_mode.as_deref() {
+                Some("split") => split += 1,
+                Some("aggregated") => aggregated += 1,
+                _ => {}
+            }
+            let fine = o.decode_revision.is_some() && o.prefill_revision == o.decode_revision;
+            if !fine {
+                header_faults.push(format!(
+                    "mode {:?}: prefill revision {:?}, decode revision {:?}",
+                    o.pd_mode, o.prefill_revision, o.decode_revision
+                ));
+            }
+            if !o.trickle {
+                let s = &mut b_ok[o.step];
+                s.1 += 1;
+                s.0 += usize::from(o.decode_revision.as_deref() == Some(REVISIONS[1]));
+            }
+            continue;
+        }
+        *row.non_2xx.entry(o.status.clone()).or_default() += 1;
+        let msg = error_message(o.error.as_deref().unwrap_or_default());
+        *errors.entry(format!("{} {msg}", o.status)).or_default() += 1;
+        if o.status != "503" || !msg.contains("covered") {
+            bad_status.push(format!("{} {msg}", o.status));
+        }
+        let strict = msg.starts_with("strict revision");
+        let in_skew = skews.iter().any(|w| overlaps(o, w));
+        strict_skew += usize::from(strict && in_skew);
+        let allowed = if o.trickle {
+            if uncovered.iter().any(|w| overlaps(o, w)) {
+                true
+            } else {
+                skew_only += usize::from(strict && in_skew);
+                strict && in_skew
+            }
+        } else {
+            obs.steps[o.step].expected_b_share().is_none()
+        };
+        if !allowed {
+            unexpected.push(format!(
+                "step {}{}: {} {msg} (sent {:.0} ms, answered {:.0} ms)",
+                o.step + 1,
+                if o.trickle { " (trickle)" } else { "" },
+                o.status,
+                o.sent_ms,
+                o.answered_ms
+            ));
+        }
+    }
+    for (row, (b, ok)) in rows.iter_mut().zip(&b_ok) {
+        row.measured_b = (*ok > 0).then(|| *b as f64 / *ok as f64);
+    }
+    for (k, row) in rows.iter_mut().enumerate().skip(1) {
+        let w = writes[k];
+        row.across = obs
+            .outcomes
+            .iter()
+            .filter(|o| o.trickle && o.sent_ms < w && o.answered_ms > w)
+            .count();
+    }
+
+    let step_requests = obs.outcomes.iter().filter(|o| !o.trickle).count();
+    let trickle_requests = obs.outcomes.len() - step_requests;
+    let total = obs.outcomes.len();
+    let mut checks = Vec::new();
+    let mut check = |name: String, passed: bool, detail: String| {
+        checks.push(Check {
+            name,
+            passed,
+            detail,
+        })
+    };
+    check(
+        format!("at least {min_requests} requests"),
+        total >= min_requests,
+        format!("{total} ({step_requests} step + {trickle_requests} trickle)"),
+    );
+    let mismatch = obs
+        .handoff_rejections
+        .get("revision_mismatch")
+        .copied()
+        .unwrap_or(0);
+    check(
+        "no KV handoff across revisions (simulators)".into(),
+        mismatch == 0,
+        format!(
+            "handoff_rejections[revision_mismatch] summed over all workers = {mismatch}; all refusals: {:?}",
+            obs.handoff_rejections
+        ),
+    );
+    check(
+        "prefill revision == decode revision on every 2xx (headers)".into(),
+        header_faults.is_empty(),
+        if header_faults.is_empty() {
+            format!("{split} split and {aggregated} aggregated (served probe) responses")
+        } else {
+            format!(
+                "{} faulty, e.g. {}",
+                header_faults.len(),
+                header_faults[..header_faults.len().min(3)].join("; ")
+            )
+        },
+    );
+    check(
+        "every non-2xx is a 503 naming its reason".into(),
+        bad_status.is_empty(),
+        if bad_status.is_empty() {
+            format!(
+                "{} non-2xx, all 503 `… covered …`",
+                errors.values().sum::<usize>()
+            )
+        } else {
+            format!("{} others, e.g. {}", bad_status.len(), bad_status[0])
+        },
+    );
+    check(
+        "non-2xx only in the uncovered window".into(),
+        unexpected.is_empty(),
+        if unexpected.is_empty() {
+            format!(
+                "{strict_skew} of them strict-revision 503s while the routers held different \
+                 files ({skew_only} of those outside the uncovered window)"
+            )
+        } else {
+            format!(
+                "{} outside it, e.g. {}",
+                unexpected.len(),
+                unexpected[..unexpected.len().min(3)].join("; ")
+            )
+        },
+    );
+    for (k, row) in rows.iter().enumerate() {
+        if row.expected_b.is_none() {
+            let step: Vec<&Outcome> = obs
+                .outcomes
+                .iter()
+                .filter(|o| !o.trickle && o.step == k)
+                .collect();
+            let closed = step
+                .iter()
+                .filter(|o| {
+                    o.status == "503"
+                        && error_message(o.error.as_deref().unwrap_or_default())
+                            .starts_with("no covered revision")
+                })
+                .count();
+            check(
+                format!("step {} (no covered revision) fails closed", k + 1),
+                closed == step.len() && closed > 0,
+                format!(
+                    "{closed} of its {} step requests answered 503 \"no covered revision …\"",
+                    step.len()
+                ),
+            );
+        }
+    }
+    let pts = tolerance * 100.0;
+    let mut share_faults = Vec::new();
+    for (k, row) in rows.iter().enumerate() {
+        if let Some(e) = row.expected_b {
+            match row.measured_b {
+                Some(m) if (m - e).abs() <= tolerance => {}
+                m => share_faults.push(format!(
+                    "step {}: expected {}, measured {}",
+                    k + 1,
+                    pct(e),
+                    m.map_or("-".into(), pct)
+                )),
+            }
+        }
+    }
+    check(
+        format!("measured B share within ±{pts:.0} points of max-role in every covered step"),
+        share_faults.is_empty(),
+        if share_faults.is_empty() {
+            let worst = rows
+                .iter()
+                .filter_map(|r| Some((r.measured_b? - r.expected_b?).abs()))
+                .fold(0.0, f64::max);
+            format!("largest gap {:.1} points", worst * 100.0)
+        } else {
+            share_faults.join("; ")
+        },
+    );
+    let slow: Vec<String> = rows
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| r.apply_ms.is_none())
+        .map(|(k, _)| format!("step {}", k + 1))
+        .collect();
+    let worst_apply = rows.iter().filter_map(|r| r.apply_ms).fold(0.0, f64::max);
+    check(
+        "both routers apply every file within 1 s".into(),
+        slow.is_empty(),
+        if slow.is_empty() {
+            format!("slowest {worst_apply:.0} ms")
+        } else {
+            format!("not applied in time: {}", slow.join(", "))
+        },
+    );
+    let across: usize = rows.iter().map(|r| r.across).sum();
+    check(
+        "trickle requests in flight across file changes".into(),
+        across > 0,
+        format!("{across} trickle requests spanned a change; failures among them are judged above"),
+    );
+    let probes = rows.iter().fold(Probes::default(), |a, r| Probes {
+        served: a.served + r.probes.served,
+        deferred: a.deferred + r.probes.deferred,
+        error: a.error + r.probes.error,
+    });
+    check(
+        "conditional decode both served and deferred".into(),
+        probes.served > 0 && probes.deferred > 0,
+        format!(
+            "{} served, {} deferred, {} error",
+            probes.served, probes.deferred, probes.error
+        ),
+    );
+    RolloutReport {
+        rows,
+        checks,
+        step_requests,
+        trickle_requests,
+        errors,
+        handoff_rejections: obs.handoff_rejections,
+        duration_s: obs.end_ms / 1_000.0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rollout::plan::counts;
+
+    fn ok(step: usize, rev: &str) -> Outcome {
+        Outcome {
+            step,
+            ok: true,
+            status: "200".into(),
+            prefill_revision: Some(rev.into()),
+            decode_revision: Some(rev.into()),
+            pd_mode: Some("split".into()),
+            ..Outcome::default()
+        }
+    }
+
+    fn failed(step: usize, trickle: bool, at: (f64, f64), msg: &str) -> Outcome {
+        Outcome {
+            step,
+            trickle,
+            sent_ms: at.0,
+            answered_ms: at.1,
+            status: "503".into(),
+            error: Some(format!(
+                "{{\"error\":{{\"message\":\"{msg}\",\"code\":503}}}}"
+            )),
+            ..Outcome::default()
+        }
+    }
+
+    /// Steps: A only; A 6/7 + B 1/7; nothing covered; B only. Writes at 0, 100, 200, 300;
+    /// each applied by the prefill router 10 ms and the decode router 12 ms after.
+    fn observed(outcomes: Vec<Outcome>) -> Observed {
+        Observed {
+            steps: vec![
+                counts(2, 6, 0, 0),
+                counts(2, 6, 1, 1),
+                counts(0, 0, 0, 6),
+                counts(0, 0, 2, 6),
+            ],
+            timings: (0..4)
+                .map(|k| {
+                    let w = k as f64 * 100.0;
+                    StepTiming {
+                        write_ms: w,
+                        applied: [Some(w + 10.0), Some(w + 12.0)],
+                    }
+                })
+                .collect(),
+            probes: vec![Probes::default(); 4],
+            outcomes,
+            handoff_rejections: BTreeMap::new(),
+            end_ms: 400.0,
+        }
+    }
+
+    fn good() -> Vec<Outcome> {
+        let mut v: Vec<Outcome> = (0..10).map(|_| ok(0, "a")).collect();
+        v.extend((0..6).map(|_| ok(1, "a")));
+        v.push(ok(1, "b"));
+        v.extend((0..3).map(|_| {
+            failed(
+                2,
+                false,
+                (250.0, 260.0),
+                "no covered revision (required roles prefill, decode)",
+            )
+        }));
+        v.extend((0..5).map(|_| ok(3, "b")));
+        // Trickle: in flight across the change into step 2, answered in step 3's window.
+        v.push(Outcome {
+            trickle: true,
+            sent_ms: 150.0,
+            answered_ms: 205.0,
+            ..ok(0, "a")
+        });
+        // Straddles out of the uncovered window (answered after step 4's write, before both
+        // routers held it).
+        v.push(failed(
+            0,
+            true,
+            (299.0, 305.0),
+            "strict revision `b` (header x-llm-d-disagg-revision) is not covered",
+        ));
+        v
+    }
+
+    #[test]
+    fn a_clean_run_passes_and_attributes_trickle_by_answer_time() {
+        let mut obs = observed(good());
+        obs.probes[1] = Probes {
+            served: 2,
+            deferred: 5,
+            error: 0,
+        };
+        let r = evaluate(obs, 0.05, 20);
+        assert!(r.passed(), "{}", r.render());
+        assert_eq!(r.rows[2].trickle, 1);
+        assert_eq!(r.rows[2].across, 1);
+        assert_eq!(r.rows[3].non_2xx["503"], 1);
+        assert_eq!(r.rows[1].measured_b, Some(1.0 / 7.0));
+        assert_eq!(r.rows[2].expected_b, None);
+        assert_eq!(r.rows[1].apply_ms, Some(12.0));
+        let table = r.render();
+        assert!(
+            table.contains("\n   3*    0/0    0/6   uncovered"),
+            "{table}"
+        );
+    }
+
+    #[test]
+    fn each_fault_fails_its_check() {
+        let failing = |mutate: &dyn Fn(&mut Observed)| {
+            let mut obs = observed(good());
+            obs.probes[1].served = 1;
+            obs.probes[1].deferred = 1;
+            mutate(&mut obs);
+            let r = evaluate(obs, 0.05, 20);
+            r.failed()
+                .iter()
+                .map(|c| c.name.clone())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            failing(&|o| {
+                o.handoff_rejections.insert("revision_mismatch".into(), 1);
+            }),
+            ["no KV handoff across revisions (simulators)"]
+        );
+        assert_eq!(
+            failing(&|o| o.outcomes[0].prefill_revision = Some("b".into())),
+            ["prefill revision == decode revision on every 2xx (headers)"]
+        );
+        // A 503 in a covered step (step request), and a trickle 503 outside every window.
+        assert_eq!(
+            failing(&|o| o.outcomes[1] = failed(0, false, (1.0, 2.0), "no covered revision")),
+            ["non-2xx only in the uncovered window"]
+        );
+        assert_eq!(
+            failing(&|o| o.outcomes.push(failed(
+                0,
+                true,
+                (40.0, 50.0),
+                "strict revision `b` is not covered"
+            ))),
+            ["non-2xx only in the uncovered window"]
+        );
+        // During the skew of the change into step 2 (B newly covered): allowed as strict miss.
+        let skew = failing(&|o| {
+            o.outcomes.push(failed(
+                0,
+                true,
+                (110.0, 111.0),
+                "strict revision `b` is not covered",
+            ))
+        });
+        assert!(skew.is_empty(), "{skew:?}");
+        assert_eq!(
+            failing(&|o| o.outcomes[17].status = "502".into()),
+            [
+                "every non-2xx is a 503 naming its reason",
+                "step 3 (no covered revision) fails closed"
+            ]
+        );
+        assert_eq!(
+            failing(&|o| {
+                for x in o
+                    .outcomes
+                    .iter_mut()
+                    .filter(|x| x.step == 0 && !x.trickle)
+                    .take(2)
+                {
+                    x.decode_revision = Some("b".into());
+                    x.prefill_revision = Some("b".into());
+                }
+            }),
+            ["measured B share within ±5 points of max-role in every covered step"]
+        );
+        assert_eq!(
+            failing(&|o| o.timings[1].applied[1] = None),
+            ["both routers apply every file within 1 s"]
+        );
+        assert_eq!(
+            failing(&|o| o.outcomes.truncate(5)),
+            [
+                "at least 20 requests",
+                "step 3 (no covered revision) fails closed",
+                "measured B share within ±5 points of max-role in every covered step",
+                "trickle requests in flight across file changes"
+            ]
+        );
+    }
+}
