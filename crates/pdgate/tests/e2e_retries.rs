@@ -1,0 +1,154 @@
+//! Failure handling across phases (issue 5 item 5), with simulator failure injection: a
+//! failing decode endpoint is retried on another one of the same revision; a pinned decode
+//! is not; a failed prefill sends no decode; a 4xx passes through and never trips a breaker.
+
+use pdgate::fleet;
+use pdgate_scheduler::{Endpoint, DEFAULT_CONFIG_YAML};
+use pdgate_sim::{spawn_worker, SimConfig, WorkerHandle, WorkerSpec};
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+
+/// A worker of `role` whose every request fails with `error` (status) when given.
+async fn worker(name: &str, role: &str, error: Option<u16>) -> WorkerHandle {
+    let labels = BTreeMap::from([("llm-d.ai/role".to_string(), role.to_string())]);
+    let spec = WorkerSpec {
+        name: name.into(),
+        role: role.into(),
+        revision: None,
+        labels,
+    };
+    let cfg = SimConfig {
+        speedup: 50.0,
+        error_rate: if error.is_some() { 1.0 } else { 0.0 },
+        error_status: error.unwrap_or(503),
+        ..SimConfig::default()
+    };
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    spawn_worker(spec, cfg, l).await.unwrap()
+}
+
+fn endpoints(ws: &[&WorkerHandle]) -> Vec<Endpoint> {
+    ws.iter()
+        .map(|w| Endpoint::new(w.name(), w.addr().to_string(), w.spec().labels.clone()))
+        .collect()
+}
+
+async fn send(url: &str, headers: &[(&str, &str)], first: u32) -> (u16, String, Value) {
+    let mut r = reqwest::Client::new()
+        .post(format!("{url}/v1/completions"))
+        .json(&json!({
+            "model": "pdgate-sim",
+            "prompt": (first..first + 64).collect::<Vec<u32>>(),
+            "max_tokens": 2,
+        }));
+    for (k, v) in headers {
+        r = r.header(*k, *v);
+    }
+    let r = r.send().await.unwrap();
+    let decode = r
+        .headers()
+        .get("x-pdgate-decode-endpoint")
+        .map(|v| v.to_str().unwrap().to_string())
+        .unwrap_or_default();
+    (
+        r.status().as_u16(),
+        decode,
+        r.json().await.unwrap_or(Value::Null),
+    )
+}
+
+fn requests(w: &WorkerHandle) -> u64 {
+    let s = w.stats();
+    s.completions + s.injected_errors
+}
+
+async fn metric(url: &str, series: &str) -> u64 {
+    let text = reqwest::get(format!("{url}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_decode_is_retried_elsewhere_unless_pinned() {
+    let p = worker("prefill-0", "prefill", None).await;
+    let bad = worker("decode-bad", "decode", Some(503)).await;
+    let good = worker("decode-good", "decode", None).await;
+    let r = fleet::router_with(endpoints(&[&p, &bad, &good]), DEFAULT_CONFIG_YAML, |_| {})
+        .await
+        .unwrap();
+    let url = format!("http://{}", r.addr);
+    // Every request succeeds on the good decode endpoint, whatever was picked first.
+    for i in 0..10 {
+        let (status, decode, v) = send(&url, &[], i * 100).await;
+        assert_eq!((status, decode.as_str()), (200, "decode-good"), "{v}");
+    }
+    let tried_bad = requests(&bad);
+    assert!(tried_bad >= 1, "the bad endpoint was tried at least once");
+    // After 5 consecutive failures its breaker opens and it is no longer picked at all.
+    assert!(
+        tried_bad <= 5,
+        "breaker opens after 5 failures: {tried_bad}"
+    );
+    let retries = metric(&url, "pdgate_retries_total{phase=\"decode\"}").await;
+    assert_eq!(retries, tried_bad);
+    // Pinned to the bad endpoint: the client gets its failure, nobody else is tried.
+    let good_before = requests(&good);
+    let (status, decode, v) = send(&url, &[("x-worker-instance-id", "decode-bad")], 9999).await;
+    assert_eq!(status, 502, "{v}");
+    assert_eq!(decode, "decode-bad");
+    assert_eq!(
+        requests(&good),
+        good_before,
+        "no other decode endpoint tried"
+    );
+    assert_eq!(r.state.in_flight_total(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_prefill_sends_no_decode_and_a_4xx_passes_through_untouched() {
+    let p = worker("prefill-0", "prefill", Some(503)).await;
+    let d = worker("decode-0", "decode", None).await;
+    let r = fleet::router_with(endpoints(&[&p, &d]), DEFAULT_CONFIG_YAML, |_| {})
+        .await
+        .unwrap();
+    let url = format!("http://{}", r.addr);
+    let (status, _, v) = send(&url, &[], 0).await;
+    assert_eq!(status, 502, "{v}");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("prefill endpoint prefill-0 answered 503"),
+        "{v}"
+    );
+    assert_eq!(requests(&d), 0, "no decode leg after a failed prefill");
+
+    // A decode endpoint answering 409 (a client-side fault): passed through, never retried,
+    // and its breaker stays closed after many of them.
+    let p = worker("prefill-1", "prefill", None).await;
+    let d409 = worker("decode-409", "decode", Some(409)).await;
+    let d_ok = worker("decode-ok", "decode", None).await;
+    let r = fleet::router_with(endpoints(&[&p, &d409, &d_ok]), DEFAULT_CONFIG_YAML, |_| {})
+        .await
+        .unwrap();
+    let url = format!("http://{}", r.addr);
+    for i in 0..8 {
+        let (status, _, _) = send(&url, &[("x-worker-instance-id", "decode-409")], i * 100).await;
+        assert_eq!(status, 409);
+    }
+    assert_eq!(requests(&d_ok), 0);
+    assert_eq!(
+        r.state.breakers.state("decode-409"),
+        pdgate_server::breaker::BreakerState::Closed
+    );
+    assert_eq!(
+        metric(&url, "pdgate_retries_total{phase=\"decode\"}").await,
+        0
+    );
+}
