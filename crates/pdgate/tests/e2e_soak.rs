@@ -64,10 +64,10 @@ async fn two_thousand_requests_with_failures_and_disconnects_end_cleanly() {
     }
     println!("soak outcomes: {by:?}");
     assert_eq!(by.values().sum::<usize>(), 2000);
-    assert_eq!(
-        by.get("disconnected").copied().unwrap_or(0) + by.get("502").copied().unwrap_or(0) / 20
-            >= 1,
-        true
+    // 5% of clients went away mid-stream (fewer only if their request failed first).
+    assert!(
+        (95..=100).contains(&by.get("disconnected").copied().unwrap_or(0)),
+        "{by:?}"
     );
     // With up to 3 tries per phase, failures reaching the client are rare (≈ 0.1% per phase).
     let errors: usize = by
