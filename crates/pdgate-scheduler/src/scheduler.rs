@@ -274,7 +274,23 @@ impl ProfileRunner for Runner<'_> {
         let endpoint = match (pinned, session) {
             (Some(pinned), _) => pinned,
             (None, Some(bound)) => *bound,
-            (None, None) => profile.run(ctx, self.base)?,
+            (None, None) => {
+                profile
+                    .run(ctx, self.base)
+                    .map_err(|e| match (e, &ctx.pins().revision) {
+                        // A pin fixed the revision and it has no endpoint for this phase (design.md
+                        // §5.3): unavailable, not saturated.
+                        (Rejection::Saturated { profile }, Some(rev)) => Rejection::Pin {
+                            status: 503,
+                            reason: "pinned_revision_incomplete",
+                            message: format!(
+                        "the pinned endpoint's revision `{rev}` has no endpoint for scheduling \
+                         profile `{profile}`"
+                    ),
+                        },
+                        (e, _) => e,
+                    })?
+            }
         };
         Ok(Pick {
             guard: Booking::new(

@@ -9,6 +9,8 @@
 //!   labels: {llm-d.ai/role: prefill, disaggregatedset.x-k8s.io/revision: rev-a}
 //!   ready: true                  # optional, default true
 //!   terminating: false           # optional, default false
+//!   dp_size: 2                   # optional: a pod with 2 data-parallel ranks becomes the
+//!                                # endpoints prefill-0-rank-0 and prefill-0-rank-1
 //! ```
 
 use arc_swap::ArcSwap;
@@ -72,6 +74,8 @@ struct EndpointEntry {
     #[serde(default)]
     terminating: bool,
     dp_rank: Option<u32>,
+    /// Data-parallel ranks of the pod: it becomes `dp_size` endpoints `<name>-rank-<i>`.
+    dp_size: Option<u32>,
 }
 
 fn yes() -> bool {
@@ -88,12 +92,25 @@ pub fn parse_endpoints_yaml(text: &str, source: &str) -> Result<Vec<Endpoint>, D
     let mut out = Vec::with_capacity(file.endpoints.len());
     for (i, e) in file.endpoints.into_iter().enumerate() {
         let name = e.name.unwrap_or_else(|| e.address.clone());
-        let mut ep = endpoint(&name, &e.address, e.labels)
-            .map_err(|m| err(format!("endpoints[{i}] ({name}): {m}")))?;
-        ep.ready = e.ready;
-        ep.terminating = e.terminating;
-        ep.dp_rank = e.dp_rank;
-        out.push(ep);
+        let entry_err = |m: String| err(format!("endpoints[{i}] ({name}): {m}"));
+        // A pod with N data-parallel ranks is N endpoints `<pod>-rank-<i>` (design.md §1).
+        let ranks: Vec<(String, Option<u32>)> = match (e.dp_size, e.dp_rank) {
+            (Some(_), Some(_)) => {
+                return Err(entry_err("give `dp_size` or `dp_rank`, not both".into()))
+            }
+            (Some(0), _) => return Err(entry_err("`dp_size` must be at least 1".into())),
+            (Some(n), None) => (0..n)
+                .map(|r| (format!("{name}-rank-{r}"), Some(r)))
+                .collect(),
+            (None, rank) => vec![(name.clone(), rank)],
+        };
+        for (rank_name, rank) in ranks {
+            let mut ep = endpoint(&rank_name, &e.address, e.labels.clone()).map_err(entry_err)?;
+            ep.ready = e.ready;
+            ep.terminating = e.terminating;
+            ep.dp_rank = rank;
+            out.push(ep);
+        }
     }
     check_unique(&out).map_err(err)?;
     Ok(out)
