@@ -181,6 +181,7 @@ pub static PLUGIN_TYPES: &[PluginType] = &[
     plugins::disagg_profile_handler::TYPE,
     plugins::header_profile_handler::TYPE,
     plugins::session_affinity_scorer::TYPE,
+    plugins::session_affinity_filter::TYPE,
     plugins::rollout::TYPE,
 ];
 

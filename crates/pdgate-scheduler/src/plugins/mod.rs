@@ -21,6 +21,7 @@ pub mod role_filter;
 pub mod rollout;
 pub mod round_robin_picker;
 pub mod running_requests_size_scorer;
+pub mod session_affinity_filter;
 pub mod session_affinity_scorer;
 pub mod single_profile_handler;
 pub mod weighted_random_picker;
