@@ -101,8 +101,9 @@ impl ForwardRules {
 
     /// Headers to send upstream on every leg: the client's headers minus hop-by-hop,
     /// router-owned (internal) headers, client copies of forwarded names (the coordinator
-    /// alone sets those, from phase responses), and `Prefer` (a router consumes it; the
-    /// coordinator sets it on its conditional-decode probe only); plus `x-request-id`.
+    /// alone sets those, from phase responses), and the router-consumed `Prefer` and profile
+    /// headers (the coordinator sets them per leg: `Prefer` on its conditional-decode probe,
+    /// `x-llm-d-epp-profile` towards per-role routers); plus `x-request-id`.
     pub fn upstream_request_headers(
         &self,
         client: &HeaderMap,
@@ -116,6 +117,8 @@ impl ForwardRules {
                 || self.forwards(n)
                 || n == headers::REQUEST_ID
                 || n == headers::PREFER
+                || n == headers::EPP_PROFILE
+                || n == headers::EPP_PROFILE_LEGACY
             {
                 continue;
             }

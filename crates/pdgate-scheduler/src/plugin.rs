@@ -185,6 +185,7 @@ pub struct PluginMetric {
 /// A plugin that exports metrics of its own; the server collects them on every scrape of
 /// `/metrics`, so a series the plugin stops reporting disappears.
 pub trait MetricsSource: Send + Sync {
-    /// Appends the current samples.
-    fn collect(&self, out: &mut Vec<PluginMetric>);
+    /// Appends the current samples; `snapshot` is the current endpoint set, so values that
+    /// derive from it (e.g. revision shares) are current even before the next request.
+    fn collect(&self, snapshot: &crate::Snapshot, out: &mut Vec<PluginMetric>);
 }

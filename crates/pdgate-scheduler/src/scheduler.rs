@@ -190,12 +190,12 @@ impl Scheduler {
         Ok(result)
     }
 
-    /// Current values of the plugins' own metrics (e.g. revision shares), for the server's
-    /// `/metrics`; a series absent here is absent from the exposition.
-    pub fn plugin_metrics(&self) -> Vec<PluginMetric> {
+    /// Current values of the plugins' own metrics (e.g. revision shares over `snapshot`), for
+    /// the server's `/metrics`; a series absent here is absent from the exposition.
+    pub fn plugin_metrics(&self, snapshot: &Snapshot) -> Vec<PluginMetric> {
         let mut out = Vec::new();
         for m in &self.hooks.metrics {
-            m.collect(&mut out);
+            m.collect(snapshot, &mut out);
         }
         out
     }

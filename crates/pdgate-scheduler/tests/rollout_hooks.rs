@@ -115,7 +115,7 @@ fn disabled_mode_uses_every_revision_unless_a_header_names_one() {
     );
     // Disabled mode exports no share gauge.
     assert!(s
-        .plugin_metrics()
+        .plugin_metrics(&snapshot)
         .iter()
         .all(|m| m.name != "pdgate_revision_share"));
 }
@@ -134,14 +134,20 @@ fn metric(ms: &[PluginMetric], name: &str) -> Vec<(String, f64, MetricKind)> {
 fn metrics_follow_endpoint_changes_and_count_strict_misses() {
     let s = sched("");
     let p = prompt();
-    // No request screened yet: no share series.
-    assert!(metric(&s.plugin_metrics(), "pdgate_revision_share").is_empty());
+    // No endpoints yet: no share series.
+    assert!(metric(&s.plugin_metrics(&snap(&[], 0)), "pdgate_revision_share").is_empty());
     let eps = fleet(&[("a", 2, 9), ("b", 1, 1)]);
+    // Shares follow the snapshot even before any request (fresh-eyes finding: gauges were
+    // stale until the next request).
+    assert_eq!(
+        metric(&s.plugin_metrics(&snap(&eps, 1)), "pdgate_revision_share").len(),
+        2
+    );
     for _ in 0..10 {
         s.schedule(&request(&p, &[], false), &snap(&eps, 1))
             .unwrap();
     }
-    let ms = s.plugin_metrics();
+    let ms = s.plugin_metrics(&snap(&eps, 1));
     assert_eq!(
         metric(&ms, "pdgate_revision_share"),
         [
@@ -165,12 +171,17 @@ fn metrics_follow_endpoint_changes_and_count_strict_misses() {
         .cloned()
         .collect();
     let snapshot = snap(&only_a, 2);
+    // Gone from the gauge at once, before any request sees the new snapshot.
+    assert_eq!(
+        metric(&s.plugin_metrics(&snapshot), "pdgate_revision_share"),
+        [("a".to_string(), 1.0, MetricKind::Gauge)]
+    );
     s.schedule(&request(&p, &[], false), &snapshot).unwrap();
     for bad in ["b", "zzz"] {
         s.schedule(&request(&p, &[(REV, bad)], false), &snapshot)
             .unwrap_err();
     }
-    let ms = s.plugin_metrics();
+    let ms = s.plugin_metrics(&snapshot);
     assert_eq!(
         metric(&ms, "pdgate_revision_share"),
         [("a".to_string(), 1.0, MetricKind::Gauge)]
@@ -183,7 +194,11 @@ fn metrics_follow_endpoint_changes_and_count_strict_misses() {
     s.schedule(&request(&p, &[], false), &snap(&only_a, 2))
         .unwrap();
     assert_eq!(
-        metric(&s.plugin_metrics(), "pdgate_revision_share").len(),
+        metric(
+            &s.plugin_metrics(&snap(&only_a, 2)),
+            "pdgate_revision_share"
+        )
+        .len(),
         1
     );
 }

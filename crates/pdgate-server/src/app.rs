@@ -230,7 +230,9 @@ async fn models(State(s): State<Arc<AppState>>) -> Response {
 }
 
 async fn metrics(State(s): State<Arc<AppState>>) -> Response {
-    s.metrics.plugins.set(&s.scheduler.plugin_metrics());
+    s.metrics
+        .plugins
+        .set(&s.scheduler.plugin_metrics(&s.registry.snapshot()));
     s.metrics.in_flight.reset();
     for e in &s.registry.snapshot().endpoints {
         s.metrics

@@ -176,12 +176,35 @@ pub fn check_address(address: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// Kubernetes label value syntax (≤ 63 characters; alphanumerics, `-`, `_`, `.` inside;
+/// alphanumeric at both ends; empty allowed), plus: the revision label must not be empty
+/// (a revision travels between hops in a header, where an empty value reads as absent).
+fn check_label_value(key: &str, v: &str) -> Result<(), String> {
+    let ok_char = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.');
+    let ends_ok = v.is_empty()
+        || (v.starts_with(|c: char| c.is_ascii_alphanumeric())
+            && v.ends_with(|c: char| c.is_ascii_alphanumeric()));
+    if v.len() > 63 || !v.chars().all(ok_char) || !ends_ok {
+        return Err(format!(
+            "label {key}: value {v:?} is not a valid label value (≤ 63 characters: \
+             alphanumerics, '-', '_', '.', starting and ending alphanumeric)"
+        ));
+    }
+    if v.is_empty() && key == labels::DS_REVISION {
+        return Err(format!("label {key}: the revision must not be empty"));
+    }
+    Ok(())
+}
+
 fn endpoint(
     name: &str,
     address: &str,
     labels: BTreeMap<String, String>,
 ) -> Result<Endpoint, String> {
     check_address(address)?;
+    for (k, v) in &labels {
+        check_label_value(k, v)?;
+    }
     if name.trim().is_empty() {
         return Err("endpoint name is empty".into());
     }

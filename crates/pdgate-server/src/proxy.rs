@@ -283,7 +283,12 @@ async fn run(
             .filter(|_| split)
             .map(local_dispatch::target),
         decode: local_dispatch::target(&result.decode),
-        encode: local_encode(state, &snapshot),
+        // A per-role router (profile header) forwards the body it got; only a router that
+        // runs the whole request runs its encode step.
+        encode: match profile {
+            Some(_) => None,
+            None => local_encode(state, &snapshot),
+        },
         routed: false,
         conditional: false,
     };

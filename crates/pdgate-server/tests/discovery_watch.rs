@@ -129,3 +129,28 @@ async fn file_changes_apply_within_a_second() {
     println!("applied after {t1:?} and {t2:?}");
     let _ = std::fs::remove_file(&path);
 }
+
+#[test]
+fn label_values_are_checked_and_a_revision_must_not_be_empty() {
+    use pdgate_server::discovery::parse_endpoints_yaml;
+    let file = |rev: &str| {
+        format!(
+            "endpoints:\n- name: d0\n  address: 127.0.0.1:9000\n  labels: {{llm-d.ai/role: decode, disaggregatedset.x-k8s.io/revision: {rev:?}}}\n"
+        )
+    };
+    assert!(parse_endpoints_yaml(&file("rev-b.2"), "eps.yaml").is_ok());
+    // Fresh-eyes findings: " sp " was trimmed into another revision between hops, "" read
+    // as absent, "b\nc" dropped the header.
+    for bad in [" sp ", "b\nc", "-x", &"r".repeat(64)] {
+        let e = parse_endpoints_yaml(&file(bad), "eps.yaml").unwrap_err();
+        assert!(
+            e.to_string().contains("is not a valid label value"),
+            "{bad:?}: {e}"
+        );
+    }
+    let e = parse_endpoints_yaml(&file(""), "eps.yaml").unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "eps.yaml: endpoints[0] (d0): label disaggregatedset.x-k8s.io/revision: the revision must not be empty"
+    );
+}

@@ -118,6 +118,9 @@ async fn a_coordinator_sends_encode_legs_to_the_encode_router() {
     .await;
     assert_eq!(status, 200, "{v}");
     assert_eq!(encode_counts(&f), (3, 3, 0));
+    // Exactly one encode per item: the per-role routers forward their legs, they do not run
+    // an encode step of their own (fresh-eyes finding: 4 encodes per image).
+    assert_eq!(sum(&f, "encode", |s| s.encode_items), 3);
     let (status, _) = post(&url, &chat(&[], "text only")).await;
     assert_eq!(status, 200);
     assert_eq!(encode_counts(&f), (3, 3, 0));
@@ -203,4 +206,20 @@ async fn parallel_encodes_share_the_requests_revision() {
     assert_eq!(stat(|s| s.ec_pull_rejections.values().sum()), 0);
     assert_eq!(stat(|s| s.ec_handoff_rejections.values().sum()), 0);
     assert_eq!(router.state.in_flight_total(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_per_role_router_forwards_its_leg_without_an_encode_step() {
+    let f = fleet::start(&spec(), DEFAULT_CONFIG_YAML).await.unwrap();
+    let r = reqwest::Client::new()
+        .post(format!("{}/v1/chat/completions", f.url()))
+        .header("x-llm-d-epp-profile", "decode")
+        .json(&chat(&["https://x/a.png"], "look"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    // The decode endpoint encoded the image itself; no encode leg was sent.
+    assert_eq!(sum(&f, "encode", |s| s.encode_items), 0);
+    assert_eq!(sum(&f, "decode", |s| s.local_encoded_items), 1);
 }

@@ -369,9 +369,9 @@ impl RequestRejected for RolloutScreener {
 }
 
 impl MetricsSource for RolloutScreener {
-    fn collect(&self, out: &mut Vec<PluginMetric>) {
+    fn collect(&self, snapshot: &Snapshot, out: &mut Vec<PluginMetric>) {
         if self.gating.mode != Mode::Disabled {
-            for (rev, share) in self.current_shares() {
+            for (rev, share) in self.view(snapshot).shares.clone() {
                 out.push(PluginMetric {
                     name: "pdgate_revision_share",
                     help: "Current traffic share (0..1) of each covered revision.",
