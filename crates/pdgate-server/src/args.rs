@@ -126,11 +126,14 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     opts.scrape_interval = Duration::from_millis(args.scrape_interval_ms);
     opts.upstream_timeout = Duration::from_secs(args.upstream_timeout_secs);
     if let Some(names) = &args.forward_response_headers {
-        let names: Vec<&str> = names
-            .iter()
-            .map(|n| n.trim())
-            .filter(|n| !n.is_empty())
-            .collect();
+        // `''` (one empty value) forwards nothing; an empty item inside a list is a typo.
+        let names: Vec<&str> = match names.as_slice() {
+            [only] if only.trim().is_empty() => Vec::new(),
+            list => list.iter().map(|n| n.trim()).collect(),
+        };
+        if names.iter().any(|n| n.is_empty()) {
+            anyhow::bail!("--forward-response-headers: an empty name in the list");
+        }
         opts.forward_rules = ForwardRules::new(&names)?;
     }
     if let (Some(p), Some(d)) = (&args.prefill_router, &args.decode_router) {

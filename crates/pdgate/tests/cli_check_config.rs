@@ -167,6 +167,7 @@ fn serve_rejects_invalid_or_duplicate_forward_response_headers_at_start() {
     for (value, want) in [
         ("x-a,bad name", "forward_response_headers: `bad name` is not a valid header name"),
         ("x-a,X-A", "forward_response_headers: `X-A` is listed twice"),
+        ("x-a,,x-b", "--forward-response-headers: an empty name in the list"),
         (
             "x-llm-d-revision-decision-id",
             "forward_response_headers: `x-llm-d-revision-decision-id` is hop-by-hop or router-owned",
