@@ -30,6 +30,8 @@ pub struct Ingress<'a> {
     pub upstream_headers: &'a HeaderMap,
     /// `x-request-id`.
     pub rid: &'a HeaderValue,
+    /// `x-session-id`, bound to the endpoints that finally served (after retries).
+    pub session_id: Option<&'a str>,
 }
 
 /// Runs `plan` and answers the client. `result` holds the local picks (`None` when the plan
@@ -47,6 +49,7 @@ pub async fn forward(
         raw,
         upstream_headers,
         rid,
+        session_id,
     } = *ingress;
     let mut trace = Trace::default();
     let leg_started = Instant::now();
@@ -77,6 +80,19 @@ pub async fn forward(
         }
     }
     let served = Served::of(&plan_served, result.as_ref(), &trace);
+    let served_ok = matches!(&outcome, Ok(Outcome::Final(r)) if (200..300).contains(&r.status));
+    if let (Some(id), Some(r), true) = (session_id, &result, served_ok) {
+        // Bind the session to the endpoints that served (a retry may have moved a phase).
+        let prefill = trace
+            .prefill_headers
+            .as_ref()
+            .and(plan_served.prefill.as_ref())
+            .map(|t| t.name.clone());
+        let decode = (r.decode.phase != Phase::Prefill).then(|| plan_served.decode.name.clone());
+        state
+            .sessions
+            .bind_names(id, prefill, decode, tokio::time::Instant::now());
+    }
     let prefill_ran = trace.prefill_headers.is_some();
     // The phase the last leg ran, for metrics: a header-selected profile's own phase in a
     // per-role router; behind routers, decode only after a prefill leg.
@@ -110,12 +126,19 @@ pub async fn forward(
         }
         decode_replacement.unwrap_or(r.decode)
     });
-    let mut resp = respond(state, plan, outcome, decode_pick, leg_started, last_phase)
-        .await
-        .unwrap_or_else(|e| {
-            tracing::debug!(error = %e, "request failed");
-            e.into_response()
-        });
+    let mut resp = respond(
+        state,
+        &plan_served,
+        outcome,
+        decode_pick,
+        leg_started,
+        last_phase,
+    )
+    .await
+    .unwrap_or_else(|e| {
+        tracing::debug!(error = %e, "request failed");
+        e.into_response()
+    });
     served.stamp(resp.headers_mut());
     resp.headers_mut().insert(headers::REQUEST_ID, rid.clone());
     resp

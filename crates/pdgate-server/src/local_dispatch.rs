@@ -232,7 +232,16 @@ impl<'a> LocalDispatch<'a> {
                     reason: "circuit breaker open".into(),
                 }),
             };
-            let mut resp = result?;
+            let mut resp = match result {
+                Ok(r) => r,
+                Err(e) => {
+                    // Report the endpoint that failed last, not the first one.
+                    if let Some(c) = current {
+                        self.replaced.lock().push((original.phase, c));
+                    }
+                    return Err(e);
+                }
+            };
             self.stamp(current.as_ref().unwrap_or(original), &mut resp);
             if let Some(c) = current {
                 self.replaced.lock().push((original.phase, c));
@@ -272,10 +281,15 @@ impl Dispatcher for LocalDispatch<'_> {
     }
 }
 
-/// The engine's data-parallel rank header (vLLM `X-data-parallel-rank`) for the leg's
-/// endpoint: set to its rank, removed when it has none (a client's copy never reaches the
-/// engine unchecked).
+/// Headers of an engine leg: the client's routing hints are the router's, not the engine's
+/// (removed), and the engine's data-parallel rank header (vLLM `X-data-parallel-rank`) is
+/// the leg endpoint's rank, or absent when it has none.
 fn set_dp_rank(leg: &mut PhaseRequest) {
+    for name in pdgate_api::hints::HINT_HEADERS {
+        if *name != headers::SESSION_ID {
+            leg.headers.remove(*name);
+        }
+    }
     match leg.target.dp_rank {
         Some(r) => {
             leg.headers

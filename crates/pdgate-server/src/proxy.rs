@@ -128,6 +128,29 @@ fn local_encode(state: &AppState, snapshot: &pdgate_scheduler::Snapshot) -> Opti
     })
 }
 
+/// Routing-hint headers must be readable and unambiguous: a value that is not visible ASCII,
+/// or the same header given twice with different values, is a 400 naming it (never read as
+/// absent, which would route the request freely).
+fn check_hint_headers(h: &HeaderMap) -> Result<(), ApiError> {
+    for name in pdgate_api::hints::HINT_HEADERS {
+        let mut values = h.get_all(*name).iter();
+        let Some(first) = values.next() else {
+            continue;
+        };
+        let bad = |reason: &str| ApiError::InvalidHeader {
+            header: name,
+            reason: reason.to_string(),
+        };
+        if first.to_str().is_err() {
+            return Err(bad("not a visible ASCII string"));
+        }
+        if values.any(|v| v != first) {
+            return Err(bad("given more than once with different values"));
+        }
+    }
+    Ok(())
+}
+
 /// A fresh `x-llm-d-revision-decision-id` (UUID v4).
 fn decision_id() -> HeaderValue {
     HeaderValue::from_str(&uuid::Uuid::new_v4().to_string())
@@ -167,11 +190,13 @@ async fn run(
     let mut upstream_headers = state
         .forward_rules
         .upstream_request_headers(&client_headers, rid);
-    let ingress = |upstream_headers| forward::Ingress {
+    let mut session_id: Option<String> = None;
+    let ingress = |upstream_headers, session_id| forward::Ingress {
         req: &req,
         raw: &raw,
         upstream_headers,
         rid,
+        session_id,
     };
 
     if let Some(routers) = &state.routers {
@@ -187,7 +212,14 @@ async fn run(
             routed: true,
             conditional: routers.conditional_decode,
         };
-        return Ok(forward::forward(state, &ingress(&upstream_headers), &plan, None, None).await);
+        return Ok(forward::forward(
+            state,
+            &ingress(&upstream_headers, session_id.as_deref()),
+            &plan,
+            None,
+            None,
+        )
+        .await);
     }
     if !state.model_may_exist(&req.model) {
         return Err(ApiError::ModelNotFound(req.model));
@@ -219,6 +251,7 @@ async fn run(
             .filter_map(|v| v.to_str().ok()),
         prefer::IF_AVAILABLE,
     );
+    check_hint_headers(&client_headers)?;
     let hints = RoutingHints::parse(
         |n| client_headers.get(n).and_then(|v| v.to_str().ok()),
         &req.body,
@@ -227,7 +260,7 @@ async fn run(
         .0
         .get(headers::REVISION_DECISION_ID)
         .cloned();
-    let session_id = hints.session_id.as_ref().map(|h| h.value.clone());
+    session_id = hints.session_id.as_ref().map(|h| h.value.clone());
     let session = session_id
         .as_deref()
         .and_then(|id| state.sessions.lookup(id, tokio::time::Instant::now()));
@@ -269,11 +302,6 @@ async fn run(
         .metrics
         .scheduling
         .observe(started.elapsed().as_secs_f64());
-    if let Some(id) = &session_id {
-        state
-            .sessions
-            .bind(id, &result, tokio::time::Instant::now());
-    }
     let split = result.prefill.is_some() && req.n == 1;
     state.metrics.count_pd_decision(split);
     let plan = Plan {
@@ -294,7 +322,7 @@ async fn run(
     };
     Ok(forward::forward(
         state,
-        &ingress(&upstream_headers),
+        &ingress(&upstream_headers, session_id.as_deref()),
         &plan,
         Some(result),
         decision.as_ref(),

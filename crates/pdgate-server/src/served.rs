@@ -76,6 +76,11 @@ impl Served {
         let named = Server::of;
         if let Some(r) = result {
             return match (plan.prefill.as_ref(), r.decode.phase) {
+                // Prefill failed: no decode leg was sent, nothing to name but prefill.
+                (Some(p), _) if trace.prefill_headers.is_none() => Served {
+                    prefill: named(p),
+                    ..Served::default()
+                },
                 (Some(p), _) => Served {
                     prefill: named(p),
                     decode: named(&plan.decode),

@@ -67,6 +67,16 @@ async fn a_decode_only_pin_fixes_decode_and_leaves_prefill_free() {
     let (_, served, _) = send(&f.url(), &[("x-worker-instance-id", "decode-1")], &b).await;
     // Decode reads the decode pin before the worker pin: nvext.decode_worker_id wins here.
     assert_eq!(served[2], "decode-0");
+    // A prefill pin on a prompt too short to split still runs prefill there (a pin is never
+    // silently unused).
+    let short = json!({"model": "pdgate-sim", "prompt": [1, 2, 3], "max_tokens": 2});
+    let (status, served, _) =
+        send(&f.url(), &[("x-prefill-instance-id", "prefill-0")], &short).await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        (served[0].as_str(), served[1].as_str()),
+        ("split", "prefill-0")
+    );
     // A prefill pin fixes prefill only.
     let (status, served, _) = send(
         &f.url(),
@@ -109,6 +119,40 @@ async fn bad_pins_are_400_naming_the_header_and_count_as_rejections() {
         assert_eq!(status, 400, "{headers:?}: {v}");
         let msg = v["error"]["message"].as_str().unwrap();
         assert!(msg.starts_with(want), "{headers:?}: {msg}");
+    }
+    // Unreadable or ambiguous hint headers are 400, never read as absent.
+    let raw = |name: &'static str, values: &[&[u8]]| {
+        let mut h = reqwest::header::HeaderMap::new();
+        for v in values {
+            h.append(name, reqwest::header::HeaderValue::from_bytes(v).unwrap());
+        }
+        reqwest::Client::new()
+            .post(format!("{}/v1/completions", f.url()))
+            .headers(h)
+            .json(&body(1))
+            .send()
+    };
+    for (name, values, want) in [
+        (
+            "x-worker-instance-id",
+            vec![b"d\xc3\xa9code".as_slice()],
+            "header `x-worker-instance-id`: not a visible ASCII string",
+        ),
+        (
+            "x-dp-rank",
+            vec![b"\xc3\xa9".as_slice()],
+            "header `x-dp-rank`: not a visible ASCII string",
+        ),
+        (
+            "x-worker-instance-id",
+            vec![b"decode-0".as_slice(), b"zzz".as_slice()],
+            "header `x-worker-instance-id`: given more than once with different values",
+        ),
+    ] {
+        let r = raw(name, &values).await.unwrap();
+        assert_eq!(r.status(), 400, "{name}");
+        let v: Value = r.json().await.unwrap();
+        assert_eq!(v["error"]["message"], want);
     }
     let m = reqwest::get(format!("{}/metrics", f.url()))
         .await

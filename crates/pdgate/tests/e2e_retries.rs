@@ -128,6 +128,16 @@ async fn a_failed_prefill_sends_no_decode_and_a_4xx_passes_through_untouched() {
         "{v}"
     );
     assert_eq!(requests(&d), 0, "no decode leg after a failed prefill");
+    // The answer names the prefill that failed, and no decode or P/D mode.
+    let r2 = reqwest::Client::new()
+        .post(format!("{url}/v1/completions"))
+        .json(&json!({"model": "pdgate-sim", "prompt": (0..64).collect::<Vec<u32>>(), "max_tokens": 2}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r2.headers()["x-pdgate-prefill-endpoint"], "prefill-0");
+    assert!(r2.headers().get("x-pdgate-decode-endpoint").is_none());
+    assert!(r2.headers().get("x-pdgate-pd-mode").is_none());
 
     // A decode endpoint answering 409 (a client-side fault): passed through, never retried,
     // and its breaker stays closed after many of them.
@@ -150,5 +160,56 @@ async fn a_failed_prefill_sends_no_decode_and_a_4xx_passes_through_untouched() {
     assert_eq!(
         metric(&url, "pdgate_retries_total{phase=\"decode\"}").await,
         0
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sessions_bind_to_the_endpoint_that_served_and_a_502_names_the_last_one_tried() {
+    // Fresh-eyes findings: a session stayed bound to the endpoint that failed before a
+    // retry; a 502's headers and body named different endpoints; a failed prefill response
+    // named a decode endpoint that never ran.
+    let p = worker("prefill-0", "prefill", None).await;
+    let bad = worker("decode-bad", "decode", Some(503)).await;
+    let g1 = worker("decode-g1", "decode", None).await;
+    let g2 = worker("decode-g2", "decode", None).await;
+    let r = fleet::router_with(
+        endpoints(&[&p, &bad, &g1, &g2]),
+        DEFAULT_CONFIG_YAML,
+        |_| {},
+    )
+    .await
+    .unwrap();
+    let url = format!("http://{}", r.addr);
+    for s in 0..6 {
+        let session = format!("s{s}");
+        let h = [("x-session-id", session.as_str())];
+        let (status, first, _) = send(&url, &h, s * 10_000).await;
+        assert_eq!(status, 200);
+        assert_ne!(first, "decode-bad");
+        for t in 1..4 {
+            let (_, again, _) = send(&url, &h, s * 10_000 + t * 100).await;
+            assert_eq!(again, first, "session {session} turn {t}");
+        }
+    }
+    // Every decode endpoint failing: the 502 names, in header and body, the last one tried.
+    let all_bad: Vec<WorkerHandle> = vec![
+        worker("decode-x", "decode", Some(503)).await,
+        worker("decode-y", "decode", Some(503)).await,
+        worker("decode-z", "decode", Some(503)).await,
+    ];
+    let mut eps = endpoints(&[&p]);
+    eps.extend(endpoints(&all_bad.iter().collect::<Vec<_>>()));
+    let r = fleet::router_with(eps, DEFAULT_CONFIG_YAML, |_| {})
+        .await
+        .unwrap();
+    let url = format!("http://{}", r.addr);
+    let (status, decode, v) = send(&url, &[], 1).await;
+    assert_eq!(status, 502);
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with(&format!("decode endpoint {decode} answered 503")),
+        "header {decode}, body {v}"
     );
 }

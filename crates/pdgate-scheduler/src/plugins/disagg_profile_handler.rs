@@ -104,11 +104,14 @@ impl ProfileHandler for DisaggProfileHandler {
                 decode,
             });
         }
+        // A client's prefill pin asks for a split prefill on that endpoint: honoured whatever
+        // the decider says (a pin never goes silently unused).
         let split = runner.has_profile(&self.prefill)
-            && self
-                .prefill_decider
-                .as_ref()
-                .is_some_and(|d| d.decide(ctx, &decode.endpoint) == Decision::Split);
+            && (ctx.pins().prefill.is_some()
+                || self
+                    .prefill_decider
+                    .as_ref()
+                    .is_some_and(|d| d.decide(ctx, &decode.endpoint) == Decision::Split));
         if split {
             match runner.run(ctx, &self.prefill, Phase::Prefill) {
                 Ok(mut prefill) => {
