@@ -251,6 +251,44 @@ impl<'a> LocalDispatch<'a> {
     }
 }
 
+/// Wait before resending a leg a per-role router refused with 503: per-role routers apply
+/// endpoint changes independently (each polls the source), so for a moment after a change one
+/// may refuse a revision the other already chose.
+pub const ROUTER_RESYNC_WAIT: std::time::Duration = std::time::Duration::from_millis(150);
+
+impl LocalDispatch<'_> {
+    /// Sends a leg to a per-role router; a 503 on a prefill or decode leg is sent once more
+    /// after [`ROUTER_RESYNC_WAIT`] (nothing has streamed yet; the leg keeps its captured
+    /// revision, so a retry can never mix revisions — it only waits for the router to catch
+    /// up).
+    async fn dispatch_to_router(
+        &self,
+        leg: PhaseRequest,
+    ) -> Result<PhaseResponse<Incoming>, DispatchError> {
+        let resend = matches!(leg.phase, Phase::Prefill | Phase::Decode)
+            && !leg.headers.contains_key(headers::PREFER);
+        if !resend {
+            return self.state.upstream.dispatch(leg).await;
+        }
+        let first = self.state.upstream.dispatch(leg.clone()).await?;
+        if first.status != 503 {
+            return Ok(first);
+        }
+        let _ = self
+            .state
+            .upstream
+            .collect(&leg.target.name, first.body)
+            .await;
+        tokio::time::sleep(ROUTER_RESYNC_WAIT).await;
+        self.state
+            .metrics
+            .retries
+            .with_label_values(&[leg.phase.as_str()])
+            .inc();
+        self.state.upstream.dispatch(leg).await
+    }
+}
+
 impl Dispatcher for LocalDispatch<'_> {
     type Body = Incoming;
 
@@ -263,7 +301,7 @@ impl Dispatcher for LocalDispatch<'_> {
             return self.dispatch_encode(leg).await;
         }
         if self.routed {
-            return self.state.upstream.dispatch(leg).await;
+            return self.dispatch_to_router(leg).await;
         }
         set_dp_rank(&mut leg);
         let original = self.result.and_then(|r| match phase {

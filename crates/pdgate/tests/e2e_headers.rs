@@ -305,3 +305,40 @@ async fn no_endpoint_snapshot_and_an_uncovered_strict_revision_are_503_with_a_re
     assert_eq!(r.status(), 502);
     assert_eq!(r.headers()["x-pdgate-decode-revision"], "a");
 }
+
+static PREFILL_CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// A prefill router still on the old endpoint list: 503 once, then 200.
+fn prefill_catching_up(h: &HeaderMap) -> axum::response::Response {
+    if PREFILL_CALLS.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0 {
+        return (
+            http::StatusCode::SERVICE_UNAVAILABLE,
+            "{\"error\":{\"message\":\"strict revision `b` (header x-llm-d-disagg-revision) is not covered\",\"type\":\"service_unavailable\",\"code\":503}}",
+        )
+            .into_response();
+    }
+    prefill_reply(h)
+}
+
+#[tokio::test]
+async fn a_router_503_on_the_prefill_leg_is_sent_once_more_with_the_same_revision() {
+    // Routers apply endpoint changes independently: right after a change the prefill router
+    // may refuse the revision the decode router chose. The coordinator waits and resends.
+    let (p_addr, p_seen) = fake_router(prefill_catching_up).await;
+    let (d_addr, _) = fake_router(decode_reply_with_revision).await;
+    let c = coordinator(&p_addr, &d_addr).await;
+    let r = reqwest::Client::new()
+        .post(format!("http://{}/v1/completions", c.addr))
+        .json(&json!({"model": "m", "prompt": "hello", "max_tokens": 3}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(
+        legs(&p_seen),
+        [
+            ("prefill".to_string(), false, Some("revision-b".to_string())),
+            ("prefill".to_string(), false, Some("revision-b".to_string())),
+        ]
+    );
+}
