@@ -232,17 +232,29 @@ async fn run(
     let scheduler_headers = if profile.is_some() {
         Headers(&client_headers)
     } else {
-        own_view = client_headers.clone();
-        for name in state
+        let strip: Vec<&str> = state
             .forward_rules
             .names()
             .chain(headers::INTERNAL.iter().copied())
-        {
-            own_view.remove(name);
+            .filter(|n| client_headers.contains_key(*n))
+            .collect();
+        // A decision id only matters when encode picks will follow the main pick.
+        let has_media = !pdgate_api::media::media_items(&req.body).is_empty();
+        if strip.is_empty() && !has_media {
+            // The common case: nothing to hide, nothing to add — no copy of the headers.
+            Headers(&client_headers)
+        } else {
+            own_view = client_headers.clone();
+            for name in strip {
+                own_view.remove(name);
+            }
+            if has_media {
+                // This request's own decision id, shared with its encode picks (never sent
+                // upstream).
+                own_view.insert(headers::REVISION_DECISION_ID, decision_id());
+            }
+            Headers(&own_view)
         }
-        // This request's own decision id, for the local encode picks (never sent upstream).
-        own_view.insert(headers::REVISION_DECISION_ID, decision_id());
-        Headers(&own_view)
     };
     let conditional = prefer::prefers(
         client_headers
