@@ -44,46 +44,96 @@ pub struct PhaseResponse<B> {
     pub body: B,
 }
 
-/// A leg that got no HTTP response.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum DispatchError {
-    /// Could not connect or the connection failed before a response head.
-    #[error("upstream {endpoint} unreachable: {reason}")]
-    Connect {
-        /// Endpoint name.
-        endpoint: String,
-        /// Transport error text.
-        reason: String,
-    },
-    /// No response head within the upstream timeout.
-    #[error("upstream {endpoint} timed out after {timeout_ms} ms")]
-    Timeout {
-        /// Endpoint name.
-        endpoint: String,
-        /// The timeout, ms.
-        timeout_ms: u64,
-    },
-    /// A dispatcher that schedules its legs itself (in-process encode picks) found no
-    /// endpoint; `status` is the scheduler's (e.g. 503, 429) and `reason` its message.
-    #[error("{reason}")]
-    Unscheduled {
-        /// The HTTP status the rejection maps to.
-        status: u16,
-        /// The scheduler's reason.
-        reason: String,
-    },
-    /// The body failed while being read.
-    #[error("upstream {endpoint} body failed: {reason}")]
-    Body {
-        /// Endpoint name.
-        endpoint: String,
-        /// Transport error text.
-        reason: String,
-    },
+/// Why a leg produced no usable response. Which of these are retried, count against the
+/// endpoint's breaker, and what the client gets is the server's failure rule
+/// (`pdgate_server::failure`), not the coordinator's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailureKind {
+    /// The TCP connection could not be made (refused, unreachable, name not resolved).
+    ConnectRefused,
+    /// The TCP connection was not made within the connect timeout.
+    ConnectTimeout,
+    /// The connection failed after the request was sent, before a response head.
+    Reset,
+    /// A streamed leg got no response head within its head timeout.
+    HeadTimeout,
+    /// A non-streamed leg did not finish (head and body) within its total deadline.
+    Deadline,
+    /// A non-streamed leg sent its head, then its body stalled past the body timeout.
+    BodyTimeout,
+    /// The body failed after the head, before any byte of it reached the client.
+    BodyBroken,
+    /// The endpoint answered this 5xx status (after retries, when retried).
+    Status(u16),
+    /// The endpoint's circuit breaker is open (nothing was sent).
+    BreakerOpen,
+    /// A dispatcher that schedules its legs itself (retries, in-process encode picks) found
+    /// no endpoint; the status is the scheduler's (503, 429, …).
+    Unscheduled(u16),
 }
 
-/// Sends phase legs. Implemented by the server for in-process dispatch to endpoints; a
-/// per-role-router dispatcher (over HTTP with `x-llm-d-epp-profile`) implements the same.
+/// A leg that produced no usable response: what failed, where, and why.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{}", self.message())]
+pub struct DispatchError {
+    /// What failed.
+    pub kind: FailureKind,
+    /// Name of the endpoint (or router) tried last; empty for [`FailureKind::Unscheduled`].
+    pub endpoint: String,
+    /// Human-readable detail (transport error text, timeout in ms, start of an error body).
+    pub detail: String,
+    /// The phase could not be served by any endpoint (the failure rule retries this kind
+    /// and retries were exhausted or impossible): the pipeline applies its
+    /// prefill-unavailable policy to such a prefill failure.
+    pub unavailable: bool,
+}
+
+impl DispatchError {
+    /// A failure of `kind` on `endpoint` with `detail`; `unavailable` as the failure rule
+    /// says for `kind` (set by the dispatcher).
+    pub fn new(kind: FailureKind, endpoint: &str, detail: impl Into<String>) -> Self {
+        DispatchError {
+            kind,
+            endpoint: endpoint.to_string(),
+            detail: detail.into(),
+            unavailable: false,
+        }
+    }
+
+    /// The scheduler found no endpoint (`status` is its rejection's status).
+    pub fn unscheduled(status: u16, reason: impl Into<String>) -> Self {
+        DispatchError::new(FailureKind::Unscheduled(status), "", reason)
+    }
+
+    /// The same error marked as "no endpoint of the phase could serve".
+    pub fn unavailable(mut self, unavailable: bool) -> Self {
+        self.unavailable = unavailable;
+        self
+    }
+
+    /// The error text: `upstream <endpoint> <what happened>: <detail>` (for a status:
+    /// `upstream <endpoint> answered <status>: <body>`).
+    pub fn message(&self) -> String {
+        let what = match self.kind {
+            FailureKind::Unscheduled(_) => return self.detail.clone(),
+            FailureKind::Status(_) => return format!("upstream {} {}", self.endpoint, self.detail),
+            FailureKind::ConnectRefused | FailureKind::Reset => "unreachable",
+            FailureKind::ConnectTimeout => "connect timed out",
+            FailureKind::HeadTimeout => "sent no response head in time",
+            FailureKind::Deadline => "did not finish within the leg deadline",
+            FailureKind::BodyTimeout => "stalled while sending its body",
+            FailureKind::BodyBroken => "body failed",
+            FailureKind::BreakerOpen => "skipped",
+        };
+        format!("upstream {} {what}: {}", self.endpoint, self.detail)
+    }
+}
+
+/// Sends phase legs. The server has two implementations: dispatch to engines (the endpoint
+/// the scheduler picked, retried elsewhere per the failure rule) and dispatch to per-role
+/// routers (over HTTP with `x-llm-d-epp-profile` naming the leg's phase). The pipeline does
+/// not know which one it talks to. A dispatcher records which endpoint served each leg
+/// itself; the pipeline only orders the legs and builds their bodies and headers.
 pub trait Dispatcher: Send + Sync {
     /// Streaming body type of a response.
     type Body: Send;

@@ -8,8 +8,9 @@
 pub mod dispatch;
 pub mod encode_step;
 pub mod header_rules;
+pub mod json_patch;
 pub mod phase_body;
 pub mod pipeline;
 
-pub use dispatch::{DispatchError, Dispatcher, PhaseRequest, PhaseResponse, Target};
-pub use pipeline::{run, Outcome, PipelineError, Plan, Probe, Trace};
+pub use dispatch::{DispatchError, Dispatcher, FailureKind, PhaseRequest, PhaseResponse, Target};
+pub use pipeline::{run, Outcome, PipelineError, Plan, PrefillFallback, Probe, Trace};

@@ -20,13 +20,48 @@ pub struct Plan {
     /// Encode target: media items get an encode leg each before prefill; `None` leaves
     /// encoding to the prefill (or aggregated) endpoint.
     pub encode: Option<Target>,
-    /// The targets are per-role routers, not engines: every leg names its phase profile in
-    /// `x-llm-d-epp-profile` (`prefill` / `decode`).
-    pub routed: bool,
     /// Run the `conditional-decode` step first: the decode leg is sent with
     /// `Prefer: if-available`; a 412 goes on with prefill then decode, any other answer is
     /// the request's. Only with a prefill target, `n == 1`.
     pub conditional: bool,
+    /// What to do when the prefill phase cannot be served by any endpoint.
+    pub prefill_fallback: PrefillFallback,
+}
+
+/// The prefill-unavailable policy (`--prefill-fallback`): what a split request does when no
+/// prefill endpoint can serve it (every one failing, circuits open, none Ready).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PrefillFallback {
+    /// Run the request aggregated on its decode endpoint (the default: decode pods can
+    /// prefill; availability over the P/D speed-up, as Dynamo does without prefill workers).
+    #[default]
+    Aggregated,
+    /// Fail the request with 503 naming the reason.
+    Fail,
+}
+
+impl PrefillFallback {
+    /// The flag value: `aggregated` or `fail`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PrefillFallback::Aggregated => "aggregated",
+            PrefillFallback::Fail => "fail",
+        }
+    }
+}
+
+impl std::str::FromStr for PrefillFallback {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "aggregated" => Ok(PrefillFallback::Aggregated),
+            "fail" => Ok(PrefillFallback::Fail),
+            other => Err(format!(
+                "`{other}` is not a prefill fallback: use `aggregated` or `fail`"
+            )),
+        }
+    }
 }
 
 /// Result of the `conditional-decode` step (`pdgate_conditional_decode_probes_total`).
@@ -51,15 +86,17 @@ impl Probe {
     }
 }
 
-/// What happened along the way, besides the outcome.
+/// What happened along the way, besides the outcome. Which endpoint served each phase is
+/// not here: the dispatcher records it (one record per fact).
 #[derive(Debug, Default)]
 pub struct Trace {
     /// The `conditional-decode` step's result, when it ran.
     pub probe: Option<Probe>,
-    /// Headers of the 2xx prefill response, when a prefill leg ran.
-    pub prefill_headers: Option<HeaderMap>,
-    /// Headers of the probe's 412, when deferred.
-    pub probe_headers: Option<HeaderMap>,
+    /// A prefill leg answered 2xx with a usable KV handoff.
+    pub prefill_ran: bool,
+    /// The request was split but ran aggregated because its prefill phase was unavailable:
+    /// the reason (policy [`PrefillFallback::Aggregated`]).
+    pub fallback: Option<String>,
     /// Forwarded headers captured so far (sent on every later leg).
     pub captured: HeaderMap,
 }
@@ -100,6 +137,13 @@ pub enum PipelineError {
         /// What was wrong.
         reason: String,
     },
+    /// No prefill endpoint could serve a split request and the policy is
+    /// [`PrefillFallback::Fail`] (503).
+    #[error("prefill unavailable: {reason}")]
+    PrefillUnavailable {
+        /// Why (the last prefill failure, or the scheduler's reason).
+        reason: String,
+    },
     /// The prefill answered 2xx without usable `kv_transfer_params`.
     #[error("prefill endpoint {endpoint} answered without a KV handoff: {reason}")]
     BadPrefillResponse {
@@ -110,15 +154,18 @@ pub enum PipelineError {
     },
 }
 
-/// Runs `plan` for `req`, recording the probe and prefill headers in `trace`.
+/// Runs `plan` for `req`, recording the probe, the prefill and any fallback in `trace`.
 ///
 /// `raw` is the client body as received: an aggregated leg (and the conditional-decode
 /// probe) sends it unchanged (no re-serialization). `headers` are the upstream headers from
-/// [`ForwardRules::upstream_request_headers`], sent on every leg; with `plan.routed` each
-/// leg adds its `x-llm-d-epp-profile`, and the probe adds `Prefer: if-available`. The
-/// headers `rules` forward are captured from every phase response — 2xx and the probe's
-/// 412 — and sent on every later leg (design.md §5.3). `n > 1` requests never relay a
-/// handoff (single consumer): they run aggregated on the decode target (design.md §5.2).
+/// [`ForwardRules::upstream_request_headers`], sent on every leg; the probe adds
+/// `Prefer: if-available` (a `Decode` leg; served, it ran the whole request: [`Probe::Served`]).
+/// The headers `rules` forward are captured from every phase response — 2xx and
+/// the probe's 412 — and sent on every later leg (design.md §5.3). `n > 1` requests never
+/// relay a handoff (single consumer): they run aggregated on the decode target (design.md
+/// §5.2). A prefill leg that fails with [`DispatchError::unavailable`] follows
+/// `plan.prefill_fallback`: aggregated on the decode target (reason in
+/// [`Trace::fallback`]) or [`PipelineError::PrefillUnavailable`].
 pub async fn run<D: Dispatcher>(
     dispatcher: &D,
     plan: &Plan,
@@ -128,22 +175,14 @@ pub async fn run<D: Dispatcher>(
     rules: &ForwardRules,
     trace: &mut Trace,
 ) -> Result<Outcome<D::Body>, PipelineError> {
-    let leg_headers = |phase: Phase, captured: &HeaderMap| {
+    let leg_headers = |captured: &HeaderMap| {
         let mut h = headers.clone();
         ForwardRules::apply(captured, &mut h);
-        if plan.routed {
-            let profile = match phase {
-                Phase::Prefill => "prefill",
-                Phase::Encode => "encode",
-                Phase::Decode | Phase::Aggregated => "decode",
-            };
-            h.insert(headers::EPP_PROFILE, HeaderValue::from_static(profile));
-        }
         h
     };
     let split = plan.prefill.as_ref().filter(|_| req.n == 1);
     if plan.conditional && split.is_some() {
-        let mut h = leg_headers(Phase::Decode, &trace.captured);
+        let mut h = leg_headers(&trace.captured);
         h.insert(
             headers::PREFER,
             HeaderValue::from_static(prefer::IF_AVAILABLE),
@@ -171,12 +210,11 @@ pub async fn run<D: Dispatcher>(
         // The 412's body is an error message; read it so the connection can be reused.
         let _ = dispatcher.collect(&plan.decode.name, resp.body).await;
         trace.captured = rules.capture(&[&resp.headers]);
-        trace.probe_headers = Some(resp.headers);
     }
 
     let ec = match &plan.encode {
         Some(target) => {
-            let h = leg_headers(Phase::Encode, &trace.captured);
+            let h = leg_headers(&trace.captured);
             match encode_step::run(dispatcher, target, req, &h, rules, &mut trace.captured).await? {
                 Encoded::Params(p) => p,
                 Encoded::Rejected(response) => {
@@ -190,32 +228,44 @@ pub async fn run<D: Dispatcher>(
         }
         None => Vec::new(),
     };
+    let aggregated = |ec: Vec<serde_json::Value>, captured: &HeaderMap| PhaseRequest {
+        phase: Phase::Aggregated,
+        target: plan.decode.clone(),
+        api: req.kind,
+        headers: leg_headers(captured),
+        body: phase_body::aggregated_bytes(req, raw, &ec),
+    };
     let Some(prefill) = split else {
-        let body = if ec.is_empty() {
-            raw.clone()
-        } else {
-            to_bytes(phase_body::with_encoder_output(req.body.clone(), ec))
-        };
-        let leg = PhaseRequest {
-            phase: Phase::Aggregated,
-            target: plan.decode.clone(),
-            api: req.kind,
-            headers: leg_headers(Phase::Aggregated, &trace.captured),
-            body,
-        };
-        return dispatch(dispatcher, leg).await.map(Outcome::Final);
+        return dispatch(dispatcher, aggregated(ec, &trace.captured))
+            .await
+            .map(Outcome::Final);
     };
     let leg = PhaseRequest {
         phase: Phase::Prefill,
         target: prefill.clone(),
         api: req.kind,
-        headers: leg_headers(Phase::Prefill, &trace.captured),
-        body: to_bytes(phase_body::with_encoder_output(
-            phase_body::prefill_body(req),
-            ec,
-        )),
+        headers: leg_headers(&trace.captured),
+        body: phase_body::prefill_bytes(req, raw, &ec),
     };
-    let resp = dispatch(dispatcher, leg).await?;
+    let resp = match dispatcher.dispatch(leg).await {
+        Ok(r) => r,
+        Err(e) if e.unavailable => {
+            let reason = e.to_string();
+            if plan.prefill_fallback == PrefillFallback::Fail {
+                return Err(PipelineError::PrefillUnavailable { reason });
+            }
+            trace.fallback = Some(reason);
+            return dispatch(dispatcher, aggregated(ec, &trace.captured))
+                .await
+                .map(Outcome::Final);
+        }
+        Err(source) => {
+            return Err(PipelineError::Dispatch {
+                phase: Phase::Prefill,
+                source,
+            })
+        }
+    };
     let body = dispatcher
         .collect(&prefill.name, resp.body)
         .await
@@ -235,19 +285,19 @@ pub async fn run<D: Dispatcher>(
         });
     }
     ForwardRules::apply(&rules.capture(&[&resp.headers]), &mut trace.captured);
-    trace.prefill_headers = Some(resp.headers);
     let kv = phase_body::kv_params_from_prefill(&body).map_err(|reason| {
         PipelineError::BadPrefillResponse {
             endpoint: prefill.name.clone(),
             reason,
         }
     })?;
+    trace.prefill_ran = true;
     let leg = PhaseRequest {
         phase: Phase::Decode,
         target: plan.decode.clone(),
         api: req.kind,
-        headers: leg_headers(Phase::Decode, &trace.captured),
-        body: to_bytes(phase_body::decode_body(req, kv)),
+        headers: leg_headers(&trace.captured),
+        body: phase_body::decode_bytes(req, raw, kv),
     };
     dispatch(dispatcher, leg).await.map(Outcome::Final)
 }

@@ -1,5 +1,6 @@
 //! Unit tests of `pipeline.rs`.
 use super::*;
+use crate::dispatch::FailureKind;
 use pdgate_api::ApiKind;
 use std::sync::Mutex;
 
@@ -11,6 +12,8 @@ struct Fake {
     probe_status: u16,
     /// `x-llm-d-disagg-revision` stamped on the probe's answer.
     probe_revision: Option<&'static str>,
+    /// The prefill leg fails with this instead of answering.
+    prefill_error: Option<DispatchError>,
 }
 
 fn scripted(prefill_status: u16, probe_status: u16) -> Fake {
@@ -19,6 +22,7 @@ fn scripted(prefill_status: u16, probe_status: u16) -> Fake {
         prefill_status,
         probe_status,
         probe_revision: None,
+        prefill_error: None,
     }
 }
 
@@ -28,6 +32,9 @@ impl Dispatcher for Fake {
         let phase = req.phase;
         let probe = req.headers.contains_key(headers::PREFER);
         self.legs.lock().unwrap().push(req);
+        if let (Phase::Prefill, Some(e)) = (phase, &self.prefill_error) {
+            return Err(e.clone());
+        }
         let (status, body): (u16, &'static [u8]) = match phase {
             _ if probe => (self.probe_status, b"probe"),
             Phase::Prefill => (
@@ -51,13 +58,13 @@ impl Dispatcher for Fake {
     }
 }
 
-fn plan(prefill: Option<&str>, routed: bool, conditional: bool) -> Plan {
+fn plan(prefill: Option<&str>, conditional: bool) -> Plan {
     Plan {
         prefill: prefill.map(target),
         decode: target("d0"),
         encode: None,
-        routed,
         conditional,
+        prefill_fallback: PrefillFallback::Aggregated,
     }
 }
 
@@ -102,7 +109,7 @@ async fn go(fake: &Fake, plan: &Plan, n: u32) -> (Outcome<Bytes>, Trace, Bytes) 
 #[tokio::test]
 async fn split_plan_sends_prefill_then_decode_with_the_handoff() {
     let fake = scripted(200, 200);
-    let (out, trace, _) = go(&fake, &plan(Some("p0"), false, false), 1).await;
+    let (out, trace, _) = go(&fake, &plan(Some("p0"), false), 1).await;
     assert!(matches!(out, Outcome::Final(r) if r.body == "decoded"));
     assert_eq!(trace.probe, None);
     let legs = fake.legs.lock().unwrap();
@@ -112,10 +119,7 @@ async fn split_plan_sends_prefill_then_decode_with_the_handoff() {
             .collect::<Vec<_>>(),
         [(Phase::Prefill, "p0"), (Phase::Decode, "d0")]
     );
-    assert!(
-        legs.iter().all(|l| l.headers.is_empty()),
-        "no profile header"
-    );
+    assert!(legs.iter().all(|l| l.headers.is_empty()), "no header added");
     let decode: serde_json::Value = serde_json::from_slice(&legs[1].body).unwrap();
     assert_eq!(decode["kv_transfer_params"]["remote_engine_id"], "p0");
     assert_eq!(decode["max_tokens"], 9);
@@ -124,14 +128,14 @@ async fn split_plan_sends_prefill_then_decode_with_the_handoff() {
 #[tokio::test]
 async fn failed_prefill_sends_no_decode_and_n_above_one_runs_aggregated() {
     let fake = scripted(409, 200);
-    let (out, _, _) = go(&fake, &plan(Some("p0"), false, false), 1).await;
+    let (out, _, _) = go(&fake, &plan(Some("p0"), false), 1).await;
     assert!(
         matches!(out, Outcome::Rejected { phase: Phase::Prefill, response: r, .. } if r.status == 409)
     );
     assert_eq!(fake.legs.lock().unwrap().len(), 1);
 
     let fake = scripted(200, 200);
-    let (_, _, raw) = go(&fake, &plan(Some("p0"), true, true), 2).await;
+    let (_, _, raw) = go(&fake, &plan(Some("p0"), true), 2).await;
     let legs = fake.legs.lock().unwrap();
     assert_eq!(legs.len(), 1, "n > 1: no probe, no prefill");
     assert_eq!(
@@ -140,31 +144,29 @@ async fn failed_prefill_sends_no_decode_and_n_above_one_runs_aggregated() {
     );
 }
 
-fn leg_view(l: &PhaseRequest) -> (Phase, String, Option<String>, bool) {
-    let h = |n: &str| l.headers.get(n).map(|v| v.to_str().unwrap().to_string());
+fn leg_view(l: &PhaseRequest) -> (Phase, String, bool) {
+    let prefer = l.headers.get(headers::PREFER).map(|v| v.to_str().unwrap());
     (
         l.phase,
         l.target.name.clone(),
-        h(headers::EPP_PROFILE),
-        h(headers::PREFER).as_deref() == Some("if-available"),
+        prefer == Some("if-available"),
     )
 }
 
 #[tokio::test]
 async fn conditional_decode_412_goes_on_with_prefill_then_decode() {
     let fake = scripted(200, 412);
-    let (out, trace, raw) = go(&fake, &plan(Some("prefill-router"), true, true), 1).await;
+    let (out, trace, raw) = go(&fake, &plan(Some("prefill-router"), true), 1).await;
     assert!(matches!(out, Outcome::Final(r) if r.body == "decoded"));
     assert_eq!(trace.probe, Some(Probe::Deferred));
-    assert!(trace.probe_headers.is_some() && trace.prefill_headers.is_some());
+    assert!(trace.prefill_ran);
     let legs = fake.legs.lock().unwrap();
-    let s = |x: &str| Some(x.to_string());
     assert_eq!(
         legs.iter().map(leg_view).collect::<Vec<_>>(),
         [
-            (Phase::Decode, "d0".into(), s("decode"), true),
-            (Phase::Prefill, "prefill-router".into(), s("prefill"), false),
-            (Phase::Decode, "d0".into(), s("decode"), false),
+            (Phase::Decode, "d0".into(), true),
+            (Phase::Prefill, "prefill-router".into(), false),
+            (Phase::Decode, "d0".into(), false),
         ]
     );
     assert_eq!(
@@ -181,7 +183,7 @@ async fn conditional_decode_other_answers_end_the_pipeline() {
         (400, Probe::Error),
     ] {
         let fake = scripted(200, status);
-        let (out, trace, _) = go(&fake, &plan(Some("p0"), true, true), 1).await;
+        let (out, trace, _) = go(&fake, &plan(Some("p0"), true), 1).await;
         assert!(matches!(out, Outcome::Final(r) if r.status == status && r.body == "probe"));
         assert_eq!(trace.probe, Some(probe));
         assert_eq!(
@@ -192,7 +194,7 @@ async fn conditional_decode_other_answers_end_the_pipeline() {
     }
     // Not conditional, or no prefill target: no probe at all.
     let fake = scripted(200, 412);
-    let (_, trace, _) = go(&fake, &plan(None, true, true), 1).await;
+    let (_, trace, _) = go(&fake, &plan(None, true), 1).await;
     assert_eq!(trace.probe, None);
     assert_eq!(
         fake.legs
@@ -201,7 +203,7 @@ async fn conditional_decode_other_answers_end_the_pipeline() {
             .iter()
             .map(leg_view)
             .collect::<Vec<_>>(),
-        [(Phase::Aggregated, "d0".into(), Some("decode".into()), false)]
+        [(Phase::Aggregated, "d0".into(), false)]
     );
 }
 
@@ -218,7 +220,7 @@ async fn the_412_revision_reaches_prefill_and_decode_and_its_absence_constrains_
         probe_revision: Some("revision-b"),
         ..scripted(200, 412)
     };
-    let (_, trace, _) = go(&fake, &plan(Some("p0"), true, true), 1).await;
+    let (_, trace, _) = go(&fake, &plan(Some("p0"), true), 1).await;
     assert_eq!(trace.captured[headers::DISAGG_REVISION], "revision-b");
     {
         let legs = fake.legs.lock().unwrap();
@@ -234,7 +236,7 @@ async fn the_412_revision_reaches_prefill_and_decode_and_its_absence_constrains_
         );
     }
     let fake = scripted(200, 412);
-    let (_, trace, _) = go(&fake, &plan(Some("p0"), true, true), 1).await;
+    let (_, trace, _) = go(&fake, &plan(Some("p0"), true), 1).await;
     assert!(trace.captured.is_empty());
     assert!(fake
         .legs
@@ -242,4 +244,77 @@ async fn the_412_revision_reaches_prefill_and_decode_and_its_absence_constrains_
         .unwrap()
         .iter()
         .all(|l| revision(l).is_none()));
+}
+
+#[tokio::test]
+async fn an_unavailable_prefill_follows_the_policy_and_another_failure_is_the_requests() {
+    let unavailable =
+        DispatchError::new(FailureKind::ConnectRefused, "p0", "refused").unavailable(true);
+    let (req, raw) = request(1);
+    let rules = ForwardRules::default();
+    let run_with = |fallback, error: DispatchError| {
+        let fake = Fake {
+            prefill_error: Some(error),
+            ..scripted(200, 200)
+        };
+        let plan = Plan {
+            prefill_fallback: fallback,
+            ..plan(Some("p0"), false)
+        };
+        (fake, plan)
+    };
+    // Aggregated: the decode target runs the client body as one leg; the reason is kept.
+    let (fake, p) = run_with(PrefillFallback::Aggregated, unavailable.clone());
+    let mut trace = Trace::default();
+    let out = run(&fake, &p, &req, &raw, &HeaderMap::new(), &rules, &mut trace).await;
+    assert!(matches!(out, Ok(Outcome::Final(r)) if r.body == "decoded"));
+    assert_eq!(
+        trace.fallback.as_deref(),
+        Some("upstream p0 unreachable: refused")
+    );
+    assert!(!trace.prefill_ran);
+    let legs: Vec<_> = fake.legs.lock().unwrap().iter().map(leg_view).collect();
+    assert_eq!(
+        legs,
+        [
+            (Phase::Prefill, "p0".into(), false),
+            (Phase::Aggregated, "d0".into(), false)
+        ]
+    );
+    assert_eq!(fake.legs.lock().unwrap()[1].body, raw);
+    // Fail: no decode leg, a PrefillUnavailable error.
+    let (fake, p) = run_with(PrefillFallback::Fail, unavailable);
+    let mut trace = Trace::default();
+    let out = run(&fake, &p, &req, &raw, &HeaderMap::new(), &rules, &mut trace).await;
+    assert_eq!(
+        out.err(),
+        Some(PipelineError::PrefillUnavailable {
+            reason: "upstream p0 unreachable: refused".into()
+        })
+    );
+    assert_eq!(fake.legs.lock().unwrap().len(), 1);
+    // A failure that is not "unavailable" (a deadline) fails the request under either policy.
+    let deadline = DispatchError::new(FailureKind::Deadline, "p0", "after 5 ms");
+    let (fake, p) = run_with(PrefillFallback::Aggregated, deadline.clone());
+    let mut trace = Trace::default();
+    let out = run(&fake, &p, &req, &raw, &HeaderMap::new(), &rules, &mut trace).await;
+    assert_eq!(
+        out.err(),
+        Some(PipelineError::Dispatch {
+            phase: Phase::Prefill,
+            source: deadline
+        })
+    );
+    assert_eq!(fake.legs.lock().unwrap().len(), 1);
+}
+
+#[test]
+fn prefill_fallback_parses_its_two_values_and_names_a_bad_one() {
+    assert_eq!("aggregated".parse(), Ok(PrefillFallback::Aggregated));
+    assert_eq!("fail".parse(), Ok(PrefillFallback::Fail));
+    assert_eq!(
+        "maybe".parse::<PrefillFallback>(),
+        Err("`maybe` is not a prefill fallback: use `aggregated` or `fail`".into())
+    );
+    assert_eq!(PrefillFallback::default(), PrefillFallback::Aggregated);
 }

@@ -99,6 +99,18 @@ pub trait ProfileHandler: Send + Sync {
     fn conditional_decode(&self, _ctx: &RequestCtx<'_>, _decode: &EndpointState) -> Decision {
         Decision::Keep
     }
+
+    /// The profile that runs `phase` (`Prefill`, `Decode`, `Encode`): phases follow profile
+    /// roles, not names. Default: the profile named like the phase (`prefill`, `decode`,
+    /// `encode`); the disagg handler answers its `profiles.*` parameters.
+    fn profile_for(&self, phase: Phase) -> Option<&str> {
+        match phase {
+            Phase::Prefill => Some("prefill"),
+            Phase::Decode => Some("decode"),
+            Phase::Encode => Some("encode"),
+            Phase::Aggregated => None,
+        }
+    }
 }
 
 /// Sees the scheduling result before the request is sent (llm-d `PreRequest`); used by

@@ -136,6 +136,9 @@ pub struct SchedulingResult {
     /// The decode pick (phase `Decode` when split, else `Aggregated`), or the single pick of a
     /// header-selected profile (phase from the profile name).
     pub decode: Pick,
+    /// The handler wanted a split but no prefill endpoint could serve it (none Ready,
+    /// circuits open): why. The server applies its prefill-unavailable policy.
+    pub prefill_unavailable: Option<String>,
 }
 
 /// A rejection with the headers `RequestRejected` hooks stamped on it.

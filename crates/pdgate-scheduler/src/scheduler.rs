@@ -157,9 +157,10 @@ impl Scheduler {
         let runner = Runner { sched: self, base };
         let req = ctx.req;
         let mut result = match req.profile {
-            Some(name) if !self.handler.selects_by_header() => {
-                let mut pick = runner.run(ctx, name, phase_of_profile(name))?;
-                pick.phase = phase_of_profile(name);
+            Some(header) if !self.handler.selects_by_header() => {
+                let (name, phase) = self.profile_of_header(header);
+                let mut pick = runner.run(ctx, name, phase)?;
+                pick.phase = phase;
                 if req.conditional && matches!(pick.phase, Phase::Decode | Phase::Aggregated) {
                     let decision = self.handler.conditional_decode(ctx, &pick.endpoint);
                     conditional_verdict(decision, &pick.endpoint.endpoint.name)?;
@@ -167,6 +168,7 @@ impl Scheduler {
                 SchedulingResult {
                     prefill: None,
                     decode: pick,
+                    prefill_unavailable: None,
                 }
             }
             _ => self.handler.handle(ctx, &runner)?,
@@ -198,6 +200,12 @@ impl Scheduler {
             m.collect(snapshot, &mut out);
         }
         out
+    }
+
+    /// Blocks of the prefix index (the first producer's) credited to `endpoint`; 0 without
+    /// a producer.
+    pub fn prefix_blocks_held(&self, endpoint: &str) -> usize {
+        self.indexes.first().map_or(0, |i| i.blocks_held(endpoint))
     }
 
     /// Runs the `ResponseHeader` hooks for `pick`'s phase response head (`status`), and
@@ -236,7 +244,40 @@ pub(crate) fn conditional_verdict(decision: Decision, endpoint: &str) -> Result<
     }
 }
 
-/// The phase of a pick made by the profile `name` alone (header-selected).
+impl Scheduler {
+    /// The profile that runs `phase` (phases follow the profile handler's roles, e.g. a
+    /// disagg handler's `profiles.prefill: p`), when the config defines it.
+    pub fn profile_for(&self, phase: Phase) -> Option<&str> {
+        let name = self.handler.profile_for(phase)?;
+        self.profiles.iter().any(|p| p.name == name).then_some(name)
+    }
+
+    /// The phase of a pick made by the profile `name` alone (header-selected): the phase
+    /// whose role the handler gives it, else `Aggregated`.
+    pub fn phase_of_profile(&self, name: &str) -> Phase {
+        [Phase::Prefill, Phase::Decode, Phase::Encode]
+            .into_iter()
+            .find(|&ph| self.handler.profile_for(ph) == Some(name))
+            .unwrap_or(Phase::Aggregated)
+    }
+
+    /// The profile and phase a profile header asks for: a profile of that name, else the
+    /// profile of the role it names (`prefill`, `decode`, `encode`: a coordinator names the
+    /// phase, the router's config names its profiles).
+    fn profile_of_header<'h>(&'h self, header: &'h str) -> (&'h str, Phase) {
+        if self.profiles.iter().any(|p| p.name == header) {
+            return (header, self.phase_of_profile(header));
+        }
+        let role = phase_of_profile(header);
+        match self.handler.profile_for(role) {
+            Some(name) if role != Phase::Aggregated => (name, role),
+            _ => (header, Phase::Aggregated),
+        }
+    }
+}
+
+/// The phase a profile name stands for by default (header-selected without a handler that
+/// names its profiles).
 pub(crate) fn phase_of_profile(name: &str) -> Phase {
     match name {
         "prefill" => Phase::Prefill,

@@ -21,8 +21,6 @@ use tokio::net::TcpListener;
 pub const DEFAULT_MAX_BODY_BYTES: usize = 64 << 20;
 /// Default engine `/metrics` scrape interval, ms.
 pub const DEFAULT_SCRAPE_INTERVAL_MS: u64 = 200;
-/// Default time allowed for an upstream response head, s (llm-d coordinator gateway timeout).
-pub const DEFAULT_UPSTREAM_TIMEOUT_SECS: u64 = 60;
 
 /// What a server needs to start.
 pub struct ServeOptions {
@@ -34,8 +32,8 @@ pub struct ServeOptions {
     pub max_body_bytes: usize,
     /// Engine metrics scrape interval.
     pub scrape_interval: Duration,
-    /// Upstream response-head timeout.
-    pub upstream_timeout: Duration,
+    /// Upstream timeouts, retries, breakers and the prefill-unavailable policy.
+    pub resilience: crate::resilience_args::Resilience,
     /// Per-role routers to coordinate instead of scheduling locally (layout (b)).
     pub routers: Option<PhaseRouters>,
     /// Response headers captured from phase responses and sent on later legs.
@@ -95,7 +93,7 @@ impl ServeOptions {
             endpoints,
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
             scrape_interval: Duration::from_millis(DEFAULT_SCRAPE_INTERVAL_MS),
-            upstream_timeout: Duration::from_secs(DEFAULT_UPSTREAM_TIMEOUT_SECS),
+            resilience: Default::default(),
             routers: None,
             forward_rules: ForwardRules::default(),
         }
@@ -122,6 +120,12 @@ pub struct AppState {
     pub sessions: Arc<crate::session::SessionTable>,
     /// Per-endpoint circuit breakers, shared by every server thread.
     pub breakers: Arc<crate::breaker::Breakers>,
+    /// Upstream timeouts (design.md §5.5).
+    pub timeouts: crate::timeouts::UpstreamTimeouts,
+    /// Retry budget and backoff of engine legs.
+    pub retry: crate::retry::RetryPolicy,
+    /// What a split request does when no prefill endpoint can serve it.
+    pub prefill_fallback: pdgate_coordinator::PrefillFallback,
 }
 
 /// A running server; stops its tasks when dropped.
@@ -259,7 +263,7 @@ pub async fn start_state(
     if let Some(t) = discovery::start(opts.endpoints, registry.clone()).await? {
         tasks.push(t);
     }
-    let upstream = Upstream::new(opts.upstream_timeout);
+    let upstream = Upstream::new(opts.resilience.timeouts.connect);
     let metrics = Arc::new(Metrics::new());
     tasks.push(scrape::start(
         registry.clone(),
@@ -277,7 +281,10 @@ pub async fn start_state(
         routers: opts.routers,
         forward_rules: opts.forward_rules,
         sessions: Arc::default(),
-        breakers: Arc::default(),
+        breakers: Arc::new(crate::breaker::Breakers::new(opts.resilience.breaker)),
+        timeouts: opts.resilience.timeouts,
+        retry: opts.resilience.retry,
+        prefill_fallback: opts.resilience.prefill_fallback,
     });
     Ok((state, tasks))
 }
@@ -320,6 +327,9 @@ impl AppState {
             forward_rules: self.forward_rules.clone(),
             sessions: self.sessions.clone(),
             breakers: self.breakers.clone(),
+            timeouts: self.timeouts,
+            retry: self.retry,
+            prefill_fallback: self.prefill_fallback,
         }
     }
 }

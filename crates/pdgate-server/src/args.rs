@@ -2,7 +2,6 @@
 
 use crate::app::{
     start_state, PhaseRouters, ServeOptions, DEFAULT_MAX_BODY_BYTES, DEFAULT_SCRAPE_INTERVAL_MS,
-    DEFAULT_UPSTREAM_TIMEOUT_SECS,
 };
 use crate::discovery::{check_address, parse_endpoint_flag, EndpointSource};
 use anyhow::Context;
@@ -40,9 +39,9 @@ pub struct ServeArgs {
     /// Engine /metrics scrape interval, ms.
     #[arg(long, default_value_t = DEFAULT_SCRAPE_INTERVAL_MS)]
     pub scrape_interval_ms: u64,
-    /// Upstream response-head timeout, s.
-    #[arg(long, default_value_t = DEFAULT_UPSTREAM_TIMEOUT_SECS)]
-    pub upstream_timeout_secs: u64,
+    /// Upstream timeouts, retries, breakers, prefill-unavailable policy.
+    #[command(flatten)]
+    pub resilience: crate::resilience_args::ResilienceArgs,
     /// Server threads, each with its own runtime and listener (default: one per core).
     #[arg(long)]
     pub threads: Option<usize>,
@@ -124,7 +123,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let mut opts = ServeOptions::new(Arc::new(scheduler), endpoints);
     opts.max_body_bytes = args.max_body_bytes;
     opts.scrape_interval = Duration::from_millis(args.scrape_interval_ms);
-    opts.upstream_timeout = Duration::from_secs(args.upstream_timeout_secs);
+    opts.resilience = args.resilience.settings();
     if let Some(names) = &args.forward_response_headers {
         // `''` (one empty value) forwards nothing; an empty item inside a list is a typo.
         let names: Vec<&str> = match names.as_slice() {

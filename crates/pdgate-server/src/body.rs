@@ -1,49 +1,78 @@
-//! The client response body: the last leg's upstream body passed through byte for byte, with
-//! the request's bookings tied to its lifetime.
+//! The client response body: the last leg's body passed through byte for byte, with the
+//! request's bookings tied to its lifetime and stream failures turned into SSE error events.
 //!
 //! Dropping the body (end of stream, error, or client disconnect — hyper drops it when the
-//! connection goes) drops the [`Booking`]s it holds, so in-flight counts fall in every
-//! case; the bookings are marked complete only when the upstream body ended cleanly, so an
-//! abandoned stream fires the scheduler's `RequestAbandoned` hooks. A transport failure after streaming began ends an SSE stream with a
-//! `data: {"error":…}` event (design.md §5.5) and is counted; a non-SSE body is aborted.
+//! connection goes) drops the [`Booking`]s it holds, so in-flight counts fall in every case,
+//! and drops the upstream leg, so the engine sees the abort. The bookings are marked complete
+//! only when the upstream body ended cleanly, so an abandoned stream fires the scheduler's
+//! `RequestAbandoned` hooks.
+//!
+//! After streaming began (design.md §5.5, failure rule rows `Stream*`), an SSE stream that
+//! stalls past its idle timeout, hits its total cap or breaks ends with a
+//! `data: {"error":…}` event and `data: [DONE]` (vLLM's own form of an error in a stream);
+//! a non-SSE body is cut. An engine that writes an error object as a bare JSON line inside
+//! its SSE stream (a line starting with `{`, not `data:`) gets the same treatment: the bytes
+//! before that line pass, the line becomes a well-formed error event. Each case is counted in
+//! `pdgate_stream_errors_total{kind}` and logged; stalls and breaks count against the
+//! endpoint's breaker.
 
-use bytes::Bytes;
+use crate::failure::{self, BreakerEffect, LegEvent};
+use crate::leg_body::{LegBody, LegBodyError};
+use bytes::{Bytes, BytesMut};
 use http_body::{Body, Frame, SizeHint};
-use hyper::body::Incoming;
 use pdgate_api::ErrorBody;
 use pdgate_scheduler::Booking;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 /// Error type of a non-SSE body that failed mid-way.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
+/// Where a stream failure is reported: metrics and the endpoint's breaker.
+#[derive(Clone)]
+pub struct StreamReport {
+    /// The router's metrics.
+    pub metrics: Arc<crate::metrics::Metrics>,
+    /// The breakers.
+    pub breakers: Arc<crate::breaker::Breakers>,
+}
+
 /// Upstream body plus the bookings it keeps alive.
-pub struct GuardedBody {
-    inner: Incoming,
+pub struct ResponseBody {
+    inner: LegBody,
     sse: bool,
     endpoint: String,
     finished: bool,
-    on_stream_error: Option<prometheus::IntCounter>,
+    report: Option<StreamReport>,
     bookings: Vec<Booking>,
+    /// SSE: the next byte starts a line.
+    line_start: bool,
+    /// SSE: the bare JSON line being collected (from its `{`).
+    bare_line: Option<BytesMut>,
+    /// Frames to send before anything else (the end of an error event).
+    queued: Option<Bytes>,
 }
 
-impl GuardedBody {
+impl ResponseBody {
     /// Wraps `inner` from `endpoint`; `sse` selects the mid-stream error form.
     pub fn new(
-        inner: Incoming,
+        inner: LegBody,
         sse: bool,
         endpoint: String,
         bookings: Vec<Booking>,
-        on_stream_error: Option<prometheus::IntCounter>,
+        report: Option<StreamReport>,
     ) -> Self {
-        GuardedBody {
+        ResponseBody {
             inner,
             sse,
             endpoint,
             finished: false,
-            on_stream_error,
+            report,
             bookings,
+            line_start: true,
+            bare_line: None,
+            queued: None,
         }
     }
 
@@ -54,9 +83,91 @@ impl GuardedBody {
             b.complete();
         }
     }
+
+    /// Counts and logs a stream failure of `kind`, records it on the breaker per the rule,
+    /// and returns the SSE error event (then `[DONE]`) carrying `message`.
+    fn fail(&mut self, event: LegEvent, kind: &'static str, error: serde_json::Value) -> Bytes {
+        self.finished = true;
+        if let Some(r) = &self.report {
+            r.metrics.stream_errors.with_label_values(&[kind]).inc();
+            if failure::rule(event).breaker == BreakerEffect::Failure {
+                r.breakers.record(
+                    &self.endpoint,
+                    crate::breaker::Outcome::Failure,
+                    tokio::time::Instant::now(),
+                );
+            }
+        }
+        if crate::log_limit::allow(&crate::log_limit::STREAM_ERRORS) {
+            tracing::warn!(endpoint = %self.endpoint, kind, "stream ended by an error event");
+        }
+        let mut event = b"data: ".to_vec();
+        event.extend_from_slice(
+            &serde_json::to_vec(&serde_json::json!({ "error": error })).unwrap_or_default(),
+        );
+        event.extend_from_slice(b"\n\ndata: [DONE]\n\n");
+        Bytes::from(event)
+    }
+
+    /// Scans SSE bytes for a line that starts with `{`; returns the bytes to pass on now.
+    /// From such a line on, bytes are held in `bare_line` until its end.
+    fn scan(&mut self, data: Bytes) -> Bytes {
+        if let Some(line) = &mut self.bare_line {
+            line.extend_from_slice(&data);
+            return Bytes::new();
+        }
+        let mut start = self.line_start;
+        for (i, &b) in data.iter().enumerate() {
+            if start && b == b'{' {
+                self.bare_line = Some(BytesMut::from(&data[i..]));
+                return data.slice(..i);
+            }
+            start = b == b'\n';
+        }
+        self.line_start = start;
+        data
+    }
+
+    /// The error event for a collected bare JSON line: the engine's error object
+    /// (`{"error":{…}}` or vLLM's `{"object":"error","message",…}`), else a 502 naming the
+    /// endpoint.
+    fn bare_line_event(&mut self) -> Bytes {
+        let line = self.bare_line.take().unwrap_or_default();
+        let end = line.iter().position(|&b| b == b'\n').unwrap_or(line.len());
+        let parsed: Option<serde_json::Value> = serde_json::from_slice(&line[..end]).ok();
+        let error = match parsed {
+            Some(mut v) if v.get("error").is_some_and(|e| e.is_object()) => v["error"].take(),
+            Some(v) if v.get("object").and_then(|o| o.as_str()) == Some("error") => {
+                let mut e = serde_json::Map::new();
+                for k in ["message", "type", "param", "code"] {
+                    e.insert(
+                        k.into(),
+                        v.get(k).cloned().unwrap_or(serde_json::Value::Null),
+                    );
+                }
+                serde_json::Value::Object(e)
+            }
+            _ => {
+                let text = String::from_utf8_lossy(&line[..end.min(200)]).into_owned();
+                error_object(format!(
+                    "upstream {} sent a line that is not an SSE event: {text}",
+                    self.endpoint
+                ))
+            }
+        };
+        self.fail(LegEvent::StreamErrorLine, "engine_error", error)
+    }
 }
 
-impl Body for GuardedBody {
+/// `ErrorBody::new(502, message)`'s inner `error` object.
+fn error_object(message: String) -> serde_json::Value {
+    serde_json::from_slice::<serde_json::Value>(&ErrorBody::new(502, message).to_bytes())
+        .ok()
+        .and_then(|mut v| v.get_mut("error").map(serde_json::Value::take))
+        .unwrap_or_default()
+}
+
+impl Body for ResponseBody {
     type Data = Bytes;
     type Error = BoxError;
 
@@ -64,42 +175,76 @@ impl Body for GuardedBody {
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        if let Some(q) = self.queued.take() {
+            return Poll::Ready(Some(Ok(Frame::data(q))));
+        }
         if self.finished {
             return Poll::Ready(None);
         }
-        match Pin::new(&mut self.inner).poll_frame(cx) {
-            Poll::Ready(Some(Err(e))) => {
-                self.finished = true;
-                if let Some(c) = &self.on_stream_error {
-                    c.inc();
+        loop {
+            let polled = Pin::new(&mut self.inner).poll_frame(cx);
+            return match polled {
+                Poll::Ready(Some(Err(e))) => {
+                    let (event, kind) = match &e {
+                        LegBodyError::Idle(_) => (LegEvent::StreamIdle, "idle"),
+                        LegBodyError::Deadline => (LegEvent::StreamDeadline, "deadline"),
+                        LegBodyError::Broken(_) => (LegEvent::StreamBroken, "broken"),
+                    };
+                    if self.sse && self.bare_line.is_none() {
+                        let msg = format!("upstream {} failed mid-stream: {e}", self.endpoint);
+                        let ev = self.fail(event, kind, error_object(msg));
+                        Poll::Ready(Some(Ok(Frame::data(ev))))
+                    } else if self.sse {
+                        let ev = self.bare_line_event();
+                        Poll::Ready(Some(Ok(Frame::data(ev))))
+                    } else {
+                        self.fail(event, kind, serde_json::Value::Null);
+                        Poll::Ready(Some(Err(Box::new(e))))
+                    }
                 }
-                if self.sse {
-                    let msg = format!("upstream {} failed mid-stream: {e}", self.endpoint);
-                    let mut event = b"data: ".to_vec();
-                    event.extend_from_slice(&ErrorBody::new(502, msg).to_bytes());
-                    event.extend_from_slice(b"\n\n");
-                    Poll::Ready(Some(Ok(Frame::data(Bytes::from(event)))))
-                } else {
-                    Poll::Ready(Some(Err(Box::new(e))))
-                }
-            }
-            Poll::Ready(None) => {
-                self.complete();
-                Poll::Ready(None)
-            }
-            Poll::Ready(Some(Ok(frame))) => {
-                // hyper may stop polling once the body reports its end (Content-Length).
-                if self.inner.is_end_stream() {
+                Poll::Ready(None) => {
+                    if self.bare_line.is_some() {
+                        let ev = self.bare_line_event();
+                        return Poll::Ready(Some(Ok(Frame::data(ev))));
+                    }
                     self.complete();
+                    Poll::Ready(None)
                 }
-                Poll::Ready(Some(Ok(frame)))
-            }
-            Poll::Pending => Poll::Pending,
+                Poll::Ready(Some(Ok(frame))) => {
+                    let frame = match frame.into_data() {
+                        Ok(data) if self.sse => {
+                            let pass = self.scan(data);
+                            let line_done =
+                                self.bare_line.as_ref().is_some_and(|l| l.contains(&b'\n'));
+                            if line_done {
+                                let ev = self.bare_line_event();
+                                if pass.is_empty() {
+                                    return Poll::Ready(Some(Ok(Frame::data(ev))));
+                                }
+                                self.queued = Some(ev);
+                            }
+                            if pass.is_empty() {
+                                continue;
+                            }
+                            Frame::data(pass)
+                        }
+                        Ok(data) => Frame::data(data),
+                        Err(other) => other,
+                    };
+                    // hyper may stop polling once the body reports its end (Content-Length).
+                    if self.inner.is_end_stream() && self.bare_line.is_none() {
+                        self.complete();
+                    }
+                    Poll::Ready(Some(Ok(frame)))
+                }
+                Poll::Pending => Poll::Pending,
+            };
         }
     }
 
     fn is_end_stream(&self) -> bool {
-        self.finished || self.inner.is_end_stream()
+        self.queued.is_none()
+            && (self.finished || self.inner.is_end_stream() && self.bare_line.is_none())
     }
 
     fn size_hint(&self) -> SizeHint {

@@ -9,13 +9,14 @@
 //! `open_for`. There is no exponential ejection growth.
 //!
 //! The caller decides what a failure is, by design: the breaker only counts [`Outcome`]s.
-//! Use [`counts_as_failure`] (transport errors and 502/503/504, never a 4xx: a client mistake
-//! says nothing about the endpoint's health). Time is passed in as a [`tokio::time::Instant`]
+//! That is the failure rule's [`crate::failure::BreakerEffect`] (transport errors, 502/503/504
+//! and stalled bodies count; a 4xx, a 500, a deadline or a client that left do not). Time is passed in as a [`tokio::time::Instant`]
 //! so tests drive it explicitly. State is keyed by endpoint name, like `EndpointLoad`, so it
 //! survives snapshot rebuilds; call [`Breakers::forget`] when endpoints leave.
 
 use parking_lot::Mutex;
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
@@ -48,21 +49,12 @@ impl Default for BreakerConfig {
     }
 }
 
-/// Whether an upstream result counts against the endpoint (and, with the same rule, whether
-/// it may be retried, see `retry::retryable`). `None` is a transport error (connect, reset,
-/// timeout before a response head): a failure. 502/503/504: a failure. Anything else,
-/// including every 4xx and a 500 (an engine's answer to this request, not a sign it is down),
-/// is not.
-pub fn counts_as_failure(status: Option<u16>) -> bool {
-    matches!(status, None | Some(502..=504))
-}
-
-/// The result of one request, as the caller judged it (see [`counts_as_failure`]).
+/// The result of one request, as the failure rule judged it ([`crate::failure::rule`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Outcome {
     /// The endpoint worked.
     Success,
-    /// Transport failure or 502/503/504.
+    /// The endpoint failed (see the failure rule).
     Failure,
 }
 
@@ -142,12 +134,16 @@ impl Drop for ProbeGuard {
     }
 }
 
-/// The breakers of every endpoint, by name. Cheap to share (`Send + Sync`); one short lock
-/// per call. Endpoints never seen are closed and cost nothing until their first failure.
+/// The breakers of every endpoint, by name. Cheap to share (`Send + Sync`). Endpoints never
+/// seen are closed and cost nothing until their first failure: while no endpoint has a
+/// failure on record, every call reads one atomic and takes no lock (the per-request path of
+/// a healthy fleet); otherwise one short lock per call.
 #[derive(Debug, Default)]
 pub struct Breakers {
     config: BreakerConfig,
     inner: Arc<Mutex<Inner>>,
+    /// Entries in the map (0: every breaker closed with no failure on record).
+    tracked: AtomicUsize,
 }
 
 impl Breakers {
@@ -156,6 +152,7 @@ impl Breakers {
         Breakers {
             config,
             inner: Arc::default(),
+            tracked: AtomicUsize::new(0),
         }
     }
 
@@ -167,6 +164,9 @@ impl Breakers {
     /// Decides whether a request may go to `endpoint` at `now`. An open breaker whose
     /// `open_for` has elapsed turns half-open here and hands out probe slots.
     pub fn admit(&self, endpoint: &str, now: Instant) -> Admission {
+        if self.tracked.load(Ordering::Acquire) == 0 {
+            return Admission::Closed;
+        }
         let mut inner = self.inner.lock();
         let Inner { map, epoch } = &mut *inner;
         let Some(e) = map.get_mut(endpoint) else {
@@ -199,13 +199,20 @@ impl Breakers {
     /// arriving then are taken as probe results). Open: ignored (they come from requests sent
     /// before it opened; only probes decide).
     pub fn record(&self, endpoint: &str, outcome: Outcome, now: Instant) {
+        if outcome == Outcome::Success && self.tracked.load(Ordering::Acquire) == 0 {
+            return;
+        }
         let mut inner = self.inner.lock();
         let Inner { map, epoch } = &mut *inner;
         let e = match (map.get_mut(endpoint), outcome) {
             (Some(e), _) => e,
             (None, Outcome::Success) => return,
-            (None, Outcome::Failure) => map.entry(endpoint.to_owned()).or_default(),
+            (None, Outcome::Failure) => {
+                self.tracked.store(map.len() + 1, Ordering::Release);
+                map.entry(endpoint.to_owned()).or_default()
+            }
         };
+        let before = state_of(e.mode);
         let half_open = matches!(e.mode, Mode::HalfOpen);
         match (e.mode, outcome) {
             (Mode::Open { .. }, _) => return,
@@ -226,11 +233,32 @@ impl Breakers {
             *epoch += 1;
             (e.probes, e.epoch) = (0, *epoch);
         }
+        let after = state_of(e.mode);
+        let healthy = after == BreakerState::Closed && e.failures == 0;
+        if before != after {
+            match after {
+                BreakerState::Open => tracing::warn!(
+                    endpoint,
+                    failures = e.failures,
+                    open_ms = self.config.open_for.as_millis() as u64,
+                    "circuit breaker opened"
+                ),
+                _ => tracing::info!(endpoint, state = ?after, "circuit breaker changed"),
+            }
+        }
+        if healthy {
+            // Nothing on record: forget the entry, so a healthy fleet takes no lock.
+            map.remove(endpoint);
+            self.tracked.store(map.len(), Ordering::Release);
+        }
     }
 
     /// True when [`admit`](Self::admit) would refuse `endpoint` at `now` (open and not yet
     /// due, or half-open with every probe slot taken): exclude it from candidates.
     pub fn is_open(&self, endpoint: &str, now: Instant) -> bool {
+        if self.tracked.load(Ordering::Acquire) == 0 {
+            return false;
+        }
         let inner = self.inner.lock();
         inner.map.get(endpoint).is_some_and(|e| match e.mode {
             Mode::Closed => false,
@@ -261,7 +289,9 @@ impl Breakers {
     /// Drops the state of every endpoint for which `keep` is false (endpoints that left).
     /// Outstanding probe guards of a dropped endpoint then free nothing.
     pub fn forget(&self, keep: impl Fn(&str) -> bool) {
-        self.inner.lock().map.retain(|name, _| keep(name));
+        let mut inner = self.inner.lock();
+        inner.map.retain(|name, _| keep(name));
+        self.tracked.store(inner.map.len(), Ordering::Release);
     }
 }
 
@@ -386,7 +416,11 @@ mod tests {
         let probe = b.admit(EP, t(5_000));
         b.record(EP, Outcome::Success, t(5_100));
         drop(probe);
-        assert_eq!(row(&b), (BreakerState::Closed, 0, 0));
+        assert_eq!(b.state(EP), BreakerState::Closed);
+        assert!(
+            b.snapshot().is_empty(),
+            "closed with nothing on record: untracked"
+        );
         assert!(matches!(b.admit(EP, t(5_100)), Admission::Closed));
         fail(&b, 4, t(5_200));
         assert_eq!(
@@ -410,21 +444,12 @@ mod tests {
         let (b, t) = (breakers(1), clock());
         fail(&b, 4, t(0));
         b.record(EP, Outcome::Success, t(1));
-        assert_eq!(row(&b), (BreakerState::Closed, 0, 0));
+        assert!(b.snapshot().is_empty(), "a healthy endpoint is not tracked");
+        assert_eq!(b.state(EP), BreakerState::Closed);
         fail(&b, 4, t(2));
         assert_eq!(b.state(EP), BreakerState::Closed);
         fail(&b, 1, t(3));
         assert_eq!(b.state(EP), BreakerState::Open);
-    }
-
-    #[test]
-    fn only_transport_errors_and_502_503_504_count() {
-        for status in [None, Some(502), Some(503), Some(504)] {
-            assert!(counts_as_failure(status), "{status:?}");
-        }
-        for status in [200, 400, 404, 409, 429, 500] {
-            assert!(!counts_as_failure(Some(status)), "{status}");
-        }
     }
 
     #[test]

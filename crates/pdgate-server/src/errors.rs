@@ -3,7 +3,7 @@
 use axum::response::{IntoResponse, Response};
 use http::{HeaderValue, StatusCode};
 use pdgate_api::{headers, ErrorBody, RequestError};
-use pdgate_coordinator::{DispatchError, PipelineError};
+use pdgate_coordinator::PipelineError;
 use pdgate_scheduler::{Rejected, Rejection};
 
 /// Every way a request can fail inside the router.
@@ -93,14 +93,15 @@ impl ApiError {
                 }
             },
             ApiError::BadHint(_) => StatusCode::BAD_REQUEST,
-            ApiError::Pipeline(PipelineError::Dispatch {
-                source: DispatchError::Timeout { .. },
-                ..
-            }) => StatusCode::GATEWAY_TIMEOUT,
-            ApiError::Pipeline(PipelineError::Dispatch {
-                source: DispatchError::Unscheduled { status, .. },
-                ..
-            }) => StatusCode::from_u16(*status).unwrap_or(StatusCode::SERVICE_UNAVAILABLE),
+            // What a failed leg gets is the failure rule's (504 for timeouts, 503 for an open
+            // circuit, the scheduler's status for no endpoint, else 502).
+            ApiError::Pipeline(PipelineError::Dispatch { source, .. }) => {
+                StatusCode::from_u16(crate::failure::client_status(source.kind))
+                    .unwrap_or(StatusCode::BAD_GATEWAY)
+            }
+            ApiError::Pipeline(PipelineError::PrefillUnavailable { .. }) => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
             ApiError::Pipeline(_) | ApiError::UpstreamServerError { .. } => StatusCode::BAD_GATEWAY,
         }
     }

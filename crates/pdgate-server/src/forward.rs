@@ -1,23 +1,27 @@
-//! Running a planned request through the coordinator pipeline and building the client
-//! response: upstream statuses mapped (design.md §5.5), served-by headers stamped (§5.3),
-//! bookings tied to the response body.
+//! Running a planned request through the coordinator pipeline with a [`Dispatcher`] (engines
+//! or per-role routers, the same code for both) and building the client response from the
+//! request's [`RequestContext`]: served-by headers (design.md §5.3), the session binding,
+//! the prefill-unavailable policy's trace, bookings tied to the response body.
 
 use crate::app::AppState;
-use crate::body::GuardedBody;
+use crate::body::{ResponseBody, StreamReport};
+use crate::ctx::{RequestContext, Slot};
 use crate::errors::ApiError;
-use crate::local_dispatch::LocalDispatch;
+use crate::leg_body::LegBody;
+use crate::leg_send;
 use crate::served::Served;
 use axum::body::Body;
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, StatusCode};
-use hyper::body::Incoming;
 use pdgate_api::{headers, InferenceRequest, Phase};
 use pdgate_coordinator::{
-    header_rules, Dispatcher, Outcome, PhaseResponse, PipelineError, Plan, Trace,
+    header_rules, Dispatcher, Outcome, PhaseResponse, PipelineError, Plan, Probe, Trace,
 };
-use pdgate_scheduler::{Pick, SchedulingResult};
-use std::time::Instant;
+
+/// Response header naming why a split request ran aggregated (or failed): the
+/// prefill-unavailable policy's reason.
+pub const FALLBACK_REASON: &str = "x-pdgate-pd-fallback-reason";
 
 /// One parsed client request, as the pipeline sends it.
 #[derive(Clone, Copy)]
@@ -34,15 +38,19 @@ pub struct Ingress<'a> {
     pub session_id: Option<&'a str>,
 }
 
-/// Runs `plan` and answers the client. `result` holds the local picks (`None` when the plan
-/// names per-role routers); their bookings end with the response body. Every answer, errors
-/// included, names the endpoints known to have served each phase and carries `rid`.
-pub async fn forward(
+/// Runs `plan` through `dispatcher` and answers the client. `ctx` holds the local picks
+/// (none behind per-role routers) and receives what every leg served; the main phase's
+/// booking ends with the response body. `fallback` is a reason known before any leg ran (the
+/// scheduler found no prefill endpoint): the request is already planned aggregated. Every
+/// answer, errors included, names the endpoints known to have served each phase and carries
+/// the request id.
+pub async fn forward<D: Dispatcher<Body = LegBody>>(
     state: &AppState,
     ingress: &Ingress<'_>,
     plan: &Plan,
-    result: Option<SchedulingResult>,
-    decision_id: Option<&HeaderValue>,
+    dispatcher: &D,
+    ctx: &RequestContext,
+    fallback: Option<String>,
 ) -> Response {
     let Ingress {
         req,
@@ -51,11 +59,12 @@ pub async fn forward(
         rid,
         session_id,
     } = *ingress;
-    let mut trace = Trace::default();
-    let leg_started = Instant::now();
-    let dispatcher = LocalDispatch::new(state, result.as_ref(), req, plan.routed, decision_id);
+    let mut trace = Trace {
+        fallback,
+        ..Trace::default()
+    };
     let outcome = pdgate_coordinator::run(
-        &dispatcher,
+        dispatcher,
         plan,
         req,
         raw,
@@ -71,188 +80,133 @@ pub async fn forward(
             .with_label_values(&[p.as_str()])
             .inc();
     }
-    // Retried phases ran on other endpoints than planned: report and book those.
-    let mut plan_served = plan.clone();
-    for (phase, t) in dispatcher.replaced_targets() {
-        match phase {
-            Phase::Prefill => plan_served.prefill = Some(t),
-            _ => plan_served.decode = t,
-        }
+    if trace.fallback.is_some() || trace.probe == Some(Probe::Served) {
+        // The decode endpoint ran the whole request.
+        ctx.with(Slot::Main, |r| r.phase = Some(Phase::Aggregated));
     }
-    let served = Served::of(&plan_served, result.as_ref(), &trace);
-    let served_ok = matches!(&outcome, Ok(Outcome::Final(r)) if (200..300).contains(&r.status));
-    if let (Some(id), Some(r), true) = (session_id, &result, served_ok) {
-        // Bind the session to the endpoints that served (a retry may have moved a phase).
-        let prefill = trace
-            .prefill_headers
-            .as_ref()
-            .and(plan_served.prefill.as_ref())
-            .map(|t| t.name.clone());
-        let decode = (r.decode.phase != Phase::Prefill).then(|| plan_served.decode.name.clone());
-        state
-            .sessions
-            .bind_names(id, prefill, decode, tokio::time::Instant::now());
-    }
-    let prefill_ran = trace.prefill_headers.is_some();
-    // The phase the last leg ran, for metrics: a header-selected profile's own phase in a
-    // per-role router; behind routers, decode only after a prefill leg.
-    let last_phase = match &result {
-        _ if prefill_ran => Phase::Decode,
-        Some(r) if plan.prefill.is_none() => r.decode.phase,
-        _ => Phase::Aggregated,
-    };
-    if plan.routed && outcome.is_ok() {
-        state.metrics.count_pd_decision(prefill_ran);
-    }
+    report_fallback(state, &trace, &outcome);
     // The prefill leg is over either way: release its booking now, not at end of stream.
-    let prefill_done = trace.prefill_headers.is_some();
-    let prefill_replacement = dispatcher.take_replacement(Phase::Prefill);
-    let decode_replacement = dispatcher
-        .take_replacement(Phase::Decode)
-        .or_else(|| dispatcher.take_replacement(Phase::Aggregated));
-    drop(dispatcher);
-    // The prefill booking that served completes; one that failed over does not.
-    let prefill_retried = prefill_replacement.is_some();
-    if let Some(mut p) = prefill_replacement.filter(|_| prefill_done) {
-        p.guard.complete();
-    }
-    let decode_pick = result.map(|mut r| {
-        if let Some(p) = r
-            .prefill
-            .as_mut()
-            .filter(|_| prefill_done && !prefill_retried)
-        {
-            p.guard.complete();
+    ctx.finish_prefill();
+    let served = Served::of(ctx, &trace);
+    let ok = matches!(&outcome, Ok(Outcome::Final(r)) if (200..300).contains(&r.status));
+    if ok {
+        let (main_phase, _, _) = ctx.served(Slot::Main);
+        if trace.prefill_ran || main_phase == Some(Phase::Aggregated) {
+            state.metrics.count_pd_decision(trace.prefill_ran);
         }
-        decode_replacement.unwrap_or(r.decode)
-    });
-    let mut resp = respond(
-        state,
-        &plan_served,
-        outcome,
-        decode_pick,
-        leg_started,
-        last_phase,
-    )
-    .await
-    .unwrap_or_else(|e| {
-        tracing::debug!(error = %e, "request failed");
-        e.into_response()
-    });
+        if let Some(id) = session_id {
+            bind_session(state, ctx, id, trace.prefill_ran);
+        }
+    }
+    let mut resp = match respond(state, ctx, outcome).await {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::debug!(error = %e, "request failed");
+            e.into_response()
+        }
+    };
     served.stamp(resp.headers_mut());
+    if let Some(reason) = &trace.fallback {
+        if let Ok(v) = HeaderValue::from_str(reason) {
+            resp.headers_mut().insert(FALLBACK_REASON, v);
+        }
+    }
     resp.headers_mut().insert(headers::REQUEST_ID, rid.clone());
     resp
 }
 
+/// Counts and logs the prefill-unavailable policy when it applied.
+fn report_fallback<B>(
+    state: &AppState,
+    trace: &Trace,
+    outcome: &Result<Outcome<B>, PipelineError>,
+) {
+    match (&trace.fallback, outcome) {
+        (Some(reason), _) => report_prefill_unavailable(state, "aggregated", reason),
+        (None, Err(PipelineError::PrefillUnavailable { reason })) => {
+            report_prefill_unavailable(state, "fail", reason)
+        }
+        _ => {}
+    }
+}
+
+/// Counts (`pdgate_prefill_fallbacks_total{policy}`) and logs (rate-limited) one request
+/// whose prefill phase was unavailable, under `policy` (`aggregated` or `fail`).
+pub fn report_prefill_unavailable(state: &AppState, policy: &'static str, reason: &str) {
+    state
+        .metrics
+        .prefill_fallbacks
+        .with_label_values(&[policy])
+        .inc();
+    if crate::log_limit::allow(&crate::log_limit::PREFILL_FALLBACKS) {
+        tracing::warn!(policy, reason, "prefill unavailable");
+    }
+}
+
+/// Binds `id` to the endpoints that served (a retry may have moved a phase).
+fn bind_session(state: &AppState, ctx: &RequestContext, id: &str, split: bool) {
+    let name = |t: Option<pdgate_coordinator::Target>| t.map(|t| t.name);
+    let (_, prefill, _) = ctx.served(Slot::Prefill);
+    let (phase, main, _) = ctx.served(Slot::Main);
+    let (prefill, decode) = match phase {
+        Some(Phase::Prefill) => (name(main), None),
+        _ => (if split { name(prefill) } else { None }, name(main)),
+    };
+    state
+        .sessions
+        .bind_names(id, prefill, decode, tokio::time::Instant::now());
+}
+
 async fn respond(
     state: &AppState,
-    plan: &Plan,
-    outcome: Result<Outcome<Incoming>, PipelineError>,
-    decode_pick: Option<Pick>,
-    leg_started: Instant,
-    decode_phase: Phase,
+    ctx: &RequestContext,
+    outcome: Result<Outcome<LegBody>, PipelineError>,
 ) -> Result<Response, ApiError> {
-    let split = decode_phase == Phase::Decode && plan.prefill.is_some();
-    let outcome = outcome.inspect_err(|e| {
-        let phase = match e {
-            PipelineError::Dispatch { phase, .. } => phase.as_str(),
-            PipelineError::BadEncodeResponse { .. } => "encode",
-            PipelineError::BadPrefillResponse { .. } => "prefill",
-        };
-        state.metrics.count_phase(phase, "error");
-    })?;
-    let resp = match outcome {
-        Outcome::Rejected {
-            phase,
-            target,
-            response,
-        } => {
-            state
-                .metrics
-                .count_phase(phase.as_str(), &status_label(response.status));
-            return passthrough_error(phase.as_str(), target, response, plan.routed);
-        }
+    let resp = match outcome? {
+        Outcome::Rejected { response, .. } => return Ok(passthrough(response)),
         Outcome::Final(r) => r,
     };
-    if split {
-        state.metrics.count_phase("prefill", "200");
-    }
-    state
-        .metrics
-        .count_phase(decode_phase.as_str(), &status_label(resp.status));
-    state
-        .metrics
-        .observe_upstream(decode_phase.as_str(), leg_started.elapsed().as_secs_f64());
-
-    if resp.status >= 500 || (plan.routed && resp.status >= 400) {
-        let body = state
-            .upstream
-            .collect(&plan.decode.name, resp.body)
+    let (_, served, _) = ctx.served(Slot::Main);
+    let endpoint = served.map(|t| t.name).unwrap_or_default();
+    if !(200..300).contains(&resp.status) {
+        // An engine's 4xx, or a router's own answer: status and body as they are.
+        let body = leg_send::collect(&endpoint, resp.body)
             .await
-            .unwrap_or_default();
-        return passthrough_error(
-            decode_phase.as_str(),
-            plan.decode.name.clone(),
-            PhaseResponse {
-                status: resp.status,
-                headers: resp.headers,
-                body,
-            },
-            plan.routed,
-        );
+            .map_err(|source| PipelineError::Dispatch {
+                phase: Phase::Decode,
+                source,
+            })?;
+        return Ok(passthrough(PhaseResponse {
+            status: resp.status,
+            headers: resp.headers,
+            body,
+        }));
     }
-
     let out_headers = header_rules::client_response_headers(&resp.headers);
     let sse = resp
         .headers
         .get(http::header::CONTENT_TYPE)
         .is_some_and(|v| v.as_bytes().starts_with(b"text/event-stream"));
-    let bookings = decode_pick.map(|p| p.guard).into_iter().collect();
-    let body = GuardedBody::new(
-        resp.body,
-        sse,
-        plan.decode.name.clone(),
-        bookings,
-        Some(state.metrics.stream_errors.clone()),
-    );
+    let bookings = ctx.take_main_pick().map(|p| p.guard).into_iter().collect();
+    let report = StreamReport {
+        metrics: state.metrics.clone(),
+        breakers: state.breakers.clone(),
+    };
+    let body = ResponseBody::new(resp.body, sse, endpoint, bookings, Some(report));
     let mut response = Response::new(Body::new(body));
     *response.status_mut() = StatusCode::from_u16(resp.status).unwrap_or(StatusCode::BAD_GATEWAY);
     *response.headers_mut() = out_headers;
     Ok(response)
 }
 
-/// Metric label of an upstream status, without allocating for the common 200.
-fn status_label(status: u16) -> std::borrow::Cow<'static, str> {
-    match status {
-        200 => "200".into(),
-        other => other.to_string().into(),
-    }
-}
-
-/// An upstream's non-2xx answer. From an engine, 4xx passes through as is (status and body)
-/// and 5xx becomes 502 naming the endpoint (design.md §5.5). From a per-role router
-/// (`routed`), every status passes through: the router already mapped it (e.g. a 503 with
-/// its reason).
-fn passthrough_error(
-    phase: &'static str,
-    endpoint: String,
-    r: PhaseResponse<Bytes>,
-    routed: bool,
-) -> Result<Response, ApiError> {
-    if !routed && (r.status >= 500 || r.status < 400) {
-        let detail = String::from_utf8_lossy(&r.body[..r.body.len().min(300)]).into_owned();
-        return Err(ApiError::UpstreamServerError {
-            phase,
-            endpoint,
-            status: r.status,
-            detail,
-        });
-    }
+/// An upstream's non-2xx answer passed to the client as is (an engine's 4xx — the client's
+/// mistake — or a per-role router's own mapped status, e.g. a 503 with its reason).
+fn passthrough(r: PhaseResponse<Bytes>) -> Response {
     let mut headers = header_rules::client_response_headers(&r.headers);
     headers.insert(
         http::header::CONTENT_LENGTH,
         HeaderValue::from(r.body.len()),
     );
     let status = StatusCode::from_u16(r.status).unwrap_or(StatusCode::BAD_GATEWAY);
-    Ok((status, headers, r.body).into_response())
+    (status, headers, r.body).into_response()
 }

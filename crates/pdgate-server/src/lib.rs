@@ -1,5 +1,5 @@
-//! pdgate's HTTP side: the OpenAI-compatible front, the upstream client (the in-process
-//! [`pdgate_coordinator::Dispatcher`]), endpoint discovery, engine metrics scraping and the
+//! pdgate's HTTP side: the OpenAI-compatible front, the upstream client and the two
+//! [`pdgate_coordinator::Dispatcher`]s (engines, per-role routers), endpoint discovery, engine metrics scraping and the
 //! router's own Prometheus metrics. Scheduling policy lives in `pdgate-scheduler`; phase
 //! order and bodies in `pdgate-coordinator`.
 
@@ -7,18 +7,26 @@ pub mod app;
 pub mod args;
 pub mod body;
 pub mod breaker;
+pub mod ctx;
 pub mod discovery;
+pub mod engine_dispatch;
 pub mod errors;
+pub mod failure;
 pub mod forward;
-pub mod local_dispatch;
+pub mod leg_body;
+pub mod leg_send;
+pub mod log_limit;
 pub mod metrics;
 pub mod plugin_metrics;
 pub mod proxy;
+pub mod resilience_args;
 pub mod retry;
+pub mod router_dispatch;
 pub mod scrape;
 pub mod served;
 pub mod session;
 pub mod threads;
+pub mod timeouts;
 pub mod upstream;
 
 pub use app::{serve_on, AppState, ServeOptions, ServerHandle};

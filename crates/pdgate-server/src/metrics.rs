@@ -27,8 +27,15 @@ pub struct Metrics {
     pub retries: IntCounterVec,
     /// `pdgate_pin_rejections_total{reason}`: client pins refused (design.md §5.4).
     pub pin_rejections: IntCounterVec,
-    /// `pdgate_stream_errors_total`: upstream failures after streaming began.
-    pub stream_errors: IntCounter,
+    /// `pdgate_stream_errors_total{kind}`: streams ended by an error event after streaming
+    /// began (`idle`, `deadline`, `broken`, `engine_error`).
+    pub stream_errors: IntCounterVec,
+    /// `pdgate_upstream_failures_total{phase, kind}`: legs that produced no usable response,
+    /// by failure kind (`failure::kind_label`), every try counted.
+    pub upstream_failures: IntCounterVec,
+    /// `pdgate_prefill_fallbacks_total{policy}`: split requests whose prefill phase was
+    /// unavailable, by the policy applied (`aggregated`, `fail`).
+    pub prefill_fallbacks: IntCounterVec,
     /// `pdgate_scrape_errors_total`: failed engine `/metrics` scrapes.
     pub scrape_errors: IntCounter,
     /// Scheduler plugins' own metrics (revision shares, strict misses, …).
@@ -131,13 +138,20 @@ impl Metrics {
             )
             .expect("valid metric"),
         );
-        let stream_errors = reg(
-            &r,
-            IntCounter::new(
-                "pdgate_stream_errors_total",
-                "Upstream failures after streaming to the client began.",
-            )
-            .expect("valid metric"),
+        let stream_errors = counter_vec(
+            "pdgate_stream_errors_total",
+            "Streams ended by an error event after streaming to the client began, by kind.",
+            &["kind"],
+        );
+        let upstream_failures = counter_vec(
+            "pdgate_upstream_failures_total",
+            "Phase legs that produced no usable response, by phase and failure kind.",
+            &["phase", "kind"],
+        );
+        let prefill_fallbacks = counter_vec(
+            "pdgate_prefill_fallbacks_total",
+            "Split requests whose prefill phase was unavailable, by the policy applied.",
+            &["policy"],
         );
         let scrape_errors = reg(
             &r,
@@ -178,6 +192,8 @@ impl Metrics {
             in_flight,
             conditional_decode,
             stream_errors,
+            upstream_failures,
+            prefill_fallbacks,
             scrape_errors,
             hot,
         }

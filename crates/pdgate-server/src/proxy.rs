@@ -2,16 +2,18 @@
 //! a plan naming them) → [`crate::forward`] (design.md §2).
 
 use crate::app::AppState;
+use crate::ctx::RequestContext;
+use crate::engine_dispatch::{self, EngineDispatch};
 use crate::errors::ApiError;
 use crate::forward;
-use crate::local_dispatch;
+use crate::router_dispatch::RouterDispatch;
 use axum::body::Body;
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, StatusCode};
 use pdgate_api::hints::RoutingHints;
 use pdgate_api::{headers, prefer, ApiKind, InferenceRequest};
-use pdgate_coordinator::{Plan, Target};
+use pdgate_coordinator::{PipelineError, Plan, PrefillFallback, Target};
 use pdgate_scheduler::{Rejection, RequestHeaders, SchedulingRequest};
 use std::sync::Arc;
 use std::time::Instant;
@@ -114,14 +116,14 @@ fn profile_header(h: &HeaderMap) -> Result<Option<&str>, ApiError> {
 fn local_encode(state: &AppState, snapshot: &pdgate_scheduler::Snapshot) -> Option<Target> {
     let has_profile = state
         .scheduler
-        .profile_names()
-        .any(|p| p == local_dispatch::LOCAL_ENCODE);
+        .profile_for(pdgate_api::Phase::Encode)
+        .is_some();
     let has_encoder = snapshot
         .endpoints
         .iter()
         .any(|e| e.endpoint.schedulable() && e.endpoint.role.is_some_and(|r| r.can_encode()));
     (has_profile && has_encoder).then(|| Target {
-        name: local_dispatch::LOCAL_ENCODE.into(),
+        name: engine_dispatch::LOCAL_ENCODE.into(),
         address: String::new(),
         revision: None,
         dp_rank: None,
@@ -209,14 +211,17 @@ async fn run(
             prefill: Some(routers.prefill.clone()),
             decode: routers.decode.clone(),
             encode: routers.encode.clone(),
-            routed: true,
             conditional: routers.conditional_decode,
+            prefill_fallback: state.prefill_fallback,
         };
+        let ctx = RequestContext::new(None, true);
+        let dispatcher = RouterDispatch::new(state, &ctx, &req);
         return Ok(forward::forward(
             state,
             &ingress(&upstream_headers, session_id.as_deref()),
             &plan,
-            None,
+            &dispatcher,
+            &ctx,
             None,
         )
         .await);
@@ -315,29 +320,39 @@ async fn run(
         .scheduling
         .observe(started.elapsed().as_secs_f64());
     let split = result.prefill.is_some() && req.n == 1;
-    state.metrics.count_pd_decision(split);
+    // The decider wanted a split that no prefill endpoint can serve: the policy decides.
+    let fallback = result.prefill_unavailable.clone();
+    if let (Some(reason), PrefillFallback::Fail) = (&fallback, state.prefill_fallback) {
+        forward::report_prefill_unavailable(state, "fail", reason);
+        return Err(ApiError::Pipeline(PipelineError::PrefillUnavailable {
+            reason: reason.clone(),
+        }));
+    }
     let plan = Plan {
         prefill: result
             .prefill
             .as_ref()
             .filter(|_| split)
-            .map(local_dispatch::target),
-        decode: local_dispatch::target(&result.decode),
+            .map(engine_dispatch::target),
+        decode: engine_dispatch::target(&result.decode),
         // A per-role router (profile header) forwards the body it got; only a router that
         // runs the whole request runs its encode step.
         encode: match profile {
             Some(_) => None,
             None => local_encode(state, &snapshot),
         },
-        routed: false,
         conditional: false,
+        prefill_fallback: state.prefill_fallback,
     };
+    let ctx = RequestContext::new(Some(result), split);
+    let dispatcher = EngineDispatch::new(state, &ctx, &req, decision.as_ref());
     Ok(forward::forward(
         state,
         &ingress(&upstream_headers, session_id.as_deref()),
         &plan,
-        Some(result),
-        decision.as_ref(),
+        &dispatcher,
+        &ctx,
+        fallback,
     )
     .await)
 }

@@ -8,16 +8,9 @@
 //! once the phase is pinned to an endpoint (another endpoint would break the pin) nor once the
 //! first response byte reached the client (the client cannot un-read it; design.md §5.5).
 //!
-//! Intended loop, per phase (`attempt` = tries made so far):
-//! ```ignore
-//! let mut attempt = 1;
-//! loop {
-//!     let status = send().await;                    // None on a transport error
-//!     if !retryable(status) || !policy.may_retry(attempt, pinned, streamed) { break }
-//!     tokio::time::sleep(policy.backoff(attempt)).await;
-//!     attempt += 1;
-//! }
-//! ```
+//! Which failures may be retried is the failure rule's ([`crate::failure::rule`]); this
+//! module only says how often and how long to wait. The loop lives in
+//! [`crate::engine_dispatch`].
 
 use rand::Rng;
 use std::time::Duration;
@@ -50,13 +43,6 @@ impl Default for RetryPolicy {
     }
 }
 
-/// Whether an upstream result may be retried: a transport error (`None`) or 502/503/504.
-/// Never a 4xx (the client's mistake would repeat) nor a 500 (the engine answered). The same
-/// rule as [`crate::breaker::counts_as_failure`], which defines it.
-pub fn retryable(status: Option<u16>) -> bool {
-    crate::breaker::counts_as_failure(status)
-}
-
 impl RetryPolicy {
     /// The un-jittered backoff before retry number `attempt` (1-based; 0 is read as 1):
     /// `min(max_backoff, base_backoff · 2^(attempt−1))`, saturating.
@@ -82,7 +68,7 @@ impl RetryPolicy {
 
     /// Whether another try is allowed after `attempt` tries of this phase (1 after the first
     /// failed): never when the phase is `pinned`, never once a byte was `streamed` to the
-    /// client, never when `max_attempts` tries were made. Check [`retryable`] separately.
+    /// client, never when `max_attempts` tries were made. Check the failure rule separately.
     pub fn may_retry(&self, attempt: u32, pinned: bool, streamed: bool) -> bool {
         !pinned && !streamed && attempt < self.max_attempts.max(1)
     }
@@ -144,28 +130,6 @@ mod tests {
             ..p
         };
         assert_eq!(zero.backoff(3), Duration::ZERO);
-    }
-
-    #[test]
-    fn retryable_table() {
-        let table = [
-            (None, true),
-            (Some(200), false),
-            (Some(400), false),
-            (Some(404), false),
-            (Some(409), false),
-            (Some(412), false),
-            (Some(429), false),
-            (Some(500), false),
-            (Some(501), false),
-            (Some(502), true),
-            (Some(503), true),
-            (Some(504), true),
-            (Some(505), false),
-        ];
-        for (status, want) in table {
-            assert_eq!(retryable(status), want, "{status:?}");
-        }
     }
 
     #[test]

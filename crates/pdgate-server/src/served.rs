@@ -1,10 +1,10 @@
 //! Served-by headers (design.md §5.3): every response names the endpoint, DP rank and
 //! revision of each phase that ran, and the P/D mode.
 
+use crate::ctx::{RequestContext, Slot};
 use http::{HeaderMap, HeaderValue};
 use pdgate_api::{headers, Phase};
-use pdgate_coordinator::{Plan, Target, Trace};
-use pdgate_scheduler::SchedulingResult;
+use pdgate_coordinator::{Target, Trace};
 
 /// The endpoint that served one phase.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -60,9 +60,9 @@ impl Server {
     }
 }
 
-/// Which endpoint served each phase. A header is set only when known: a per-role router
-/// names only its own phase and no mode; a coordinator of routers reads the routers' own
-/// served-by headers.
+/// Which endpoint served each phase, read from the request's [`RequestContext`]. A header is
+/// set only when known: a per-role router names only its own phase and no mode; behind
+/// routers, the routers' own served-by headers name the endpoints.
 #[derive(Debug, Default)]
 pub struct Served {
     prefill: Option<Server>,
@@ -71,47 +71,47 @@ pub struct Served {
 }
 
 impl Served {
-    /// What `plan` (with the local picks in `result`, or routers) served, given `trace`.
-    pub fn of(plan: &Plan, result: Option<&SchedulingResult>, trace: &Trace) -> Served {
-        let named = Server::of;
-        if let Some(r) = result {
-            return match (plan.prefill.as_ref(), r.decode.phase) {
-                // Prefill failed: no decode leg was sent, nothing to name but prefill.
-                (Some(p), _) if trace.prefill_headers.is_none() => Served {
-                    prefill: named(p),
-                    ..Served::default()
-                },
-                (Some(p), _) => Served {
-                    prefill: named(p),
-                    decode: named(&plan.decode),
-                    mode: Some("split"),
-                },
-                (None, Phase::Prefill) => Served {
-                    prefill: named(&plan.decode),
-                    ..Served::default()
-                },
-                (None, Phase::Decode) => Served {
-                    decode: named(&plan.decode),
-                    ..Served::default()
-                },
-                (None, Phase::Aggregated) => Served {
-                    prefill: named(&plan.decode),
-                    decode: named(&plan.decode),
-                    mode: Some("aggregated"),
-                },
-                (None, Phase::Encode) => Served::default(),
+    /// What the request's legs served, per `ctx` (after retries) and `trace`.
+    pub fn of(ctx: &RequestContext, trace: &Trace) -> Served {
+        let named = |t: Option<Target>| t.as_ref().and_then(Server::of);
+        let (prefill_phase, prefill, _) = ctx.served(Slot::Prefill);
+        let (main_phase, main, main_status) = ctx.served(Slot::Main);
+        let answered = main_status.is_some();
+        if trace.prefill_ran {
+            return Served {
+                prefill: named(prefill),
+                decode: named(main),
+                mode: answered.then_some("split"),
             };
         }
-        // Routed: the decode router's response names the decode endpoint itself; the
-        // prefill router's names the prefill endpoint.
-        let prefill = trace
-            .prefill_headers
-            .as_ref()
-            .and_then(|h| Server::read(h, PREFILL));
-        Served {
-            mode: prefill.is_some().then_some("split"),
-            prefill,
-            decode: None,
+        if prefill_phase.is_some()
+            && trace.fallback.is_none()
+            && main_phase != Some(Phase::Aggregated)
+        {
+            // Prefill failed: no decode leg was sent, nothing to name but prefill.
+            return Served {
+                prefill: named(prefill),
+                ..Served::default()
+            };
+        }
+        match main_phase {
+            Some(Phase::Prefill) => Served {
+                prefill: named(main),
+                ..Served::default()
+            },
+            Some(Phase::Decode) => Served {
+                decode: named(main),
+                ..Served::default()
+            },
+            Some(Phase::Aggregated) => {
+                let server = named(main);
+                Served {
+                    prefill: server.clone(),
+                    decode: server,
+                    mode: answered.then_some("aggregated"),
+                }
+            }
+            _ => Served::default(),
         }
     }
 
@@ -125,13 +125,21 @@ impl Served {
         }
         if let Some(mode) = self.mode {
             h.insert(headers::SERVED_MODE, HeaderValue::from_static(mode));
-        } else if self.prefill.is_none() && self.decode.is_none() {
-            // Behind routers, no prefill leg, and a decode router answered: its endpoint ran
-            // the whole request (a served conditional-decode probe).
-            if let Some(d) = Server::read(h, DECODE) {
-                h.insert(headers::SERVED_MODE, HeaderValue::from_static("aggregated"));
-                d.write(h, PREFILL);
-            }
         }
     }
+}
+
+/// The endpoint a per-role router's response names for the phase of `slot` (its served-by
+/// headers), as a target without an address.
+pub fn named_by_router(h: &HeaderMap, slot: Slot) -> Option<Target> {
+    let names = match slot {
+        Slot::Prefill => PREFILL,
+        Slot::Main => DECODE,
+    };
+    Server::read(h, names).map(|s| Target {
+        name: s.name,
+        address: String::new(),
+        revision: s.revision,
+        dp_rank: s.dp_rank.and_then(|r| r.parse().ok()),
+    })
 }

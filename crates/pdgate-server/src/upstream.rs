@@ -1,41 +1,54 @@
-//! The pooled upstream HTTP client and the in-process [`Dispatcher`]: each phase leg goes
-//! straight to the endpoint the scheduler picked.
+//! The pooled upstream HTTP client: sends one leg within its [`LegTimeouts`] and classifies
+//! what went wrong as a [`FailureKind`] (the failure rule, `failure.rs`, decides what follows).
+//! Used by both dispatchers (engines and per-role routers) and by the metrics scraper.
 
+use crate::leg_body::LegBody;
+use crate::timeouts::LegTimeouts;
 use bytes::Bytes;
 use http::{HeaderMap, Method, Request};
 use http_body_util::{BodyExt, Full};
-use hyper::body::Incoming;
 use hyper_util::client::legacy::{connect::HttpConnector, Client};
 use hyper_util::rt::TokioExecutor;
-use pdgate_coordinator::{DispatchError, Dispatcher, PhaseRequest, PhaseResponse};
+use pdgate_coordinator::{DispatchError, FailureKind, PhaseResponse};
 use std::time::Duration;
+use tokio::time::Instant;
 
 /// Keep-alive HTTP/1.1 client shared by every leg and by the metrics scraper.
 #[derive(Clone)]
 pub struct Upstream {
     client: Client<HttpConnector, Full<Bytes>>,
-    /// Time allowed for a response head (and for collecting a whole prefill body).
-    timeout: Duration,
+    connect_timeout: Duration,
 }
 
 impl Upstream {
-    /// A client whose legs time out after `timeout` without a response head.
-    pub fn new(timeout: Duration) -> Self {
+    /// A client whose TCP connects time out after `connect_timeout`.
+    pub fn new(connect_timeout: Duration) -> Self {
         let mut connector = HttpConnector::new();
         connector.set_nodelay(true);
+        connector.set_connect_timeout(Some(connect_timeout));
         let client = Client::builder(TokioExecutor::new())
             .pool_idle_timeout(Duration::from_secs(90))
             .pool_max_idle_per_host(256)
             .build(connector);
-        Upstream { client, timeout }
+        Upstream {
+            client,
+            connect_timeout,
+        }
     }
 
     /// A client with the same settings and an empty connection pool of its own.
     pub fn fresh_pool(&self) -> Self {
-        Upstream::new(self.timeout)
+        Upstream::new(self.connect_timeout)
     }
 
-    /// Sends one request and returns the response head.
+    /// Sends one request within `t` and returns its head with the body: streamed (idle and
+    /// total bounds armed) when `t.streamed`, else read whole within the body timeout and
+    /// the deadline. `endpoint` names the target in errors.
+    ///
+    /// Errors ([`FailureKind`]): `ConnectRefused`, `ConnectTimeout`, `Reset` (the connection
+    /// failed after sending), `HeadTimeout` (streamed) or `Deadline` (non-streamed) when no
+    /// head came in time, `BodyTimeout`, `Deadline` or `BodyBroken` while reading a
+    /// non-streamed body.
     pub async fn send(
         &self,
         endpoint: &str,
@@ -43,38 +56,45 @@ impl Upstream {
         uri: String,
         headers: HeaderMap,
         body: Bytes,
-        timeout: Duration,
-    ) -> Result<PhaseResponse<Incoming>, DispatchError> {
+        t: LegTimeouts,
+    ) -> Result<PhaseResponse<LegBody>, DispatchError> {
+        let started = Instant::now();
         let mut req = Request::builder()
             .method(method)
             .uri(uri)
             .body(Full::new(body))
-            .map_err(|e| DispatchError::Connect {
-                endpoint: endpoint.to_string(),
-                reason: e.to_string(),
+            .map_err(|e| {
+                DispatchError::new(FailureKind::ConnectRefused, endpoint, e.to_string())
             })?;
         *req.headers_mut() = headers;
-        match tokio::time::timeout(timeout, self.client.request(req)).await {
-            Err(_) => Err(DispatchError::Timeout {
-                endpoint: endpoint.to_string(),
-                timeout_ms: timeout.as_millis() as u64,
-            }),
-            Ok(Err(e)) => Err(DispatchError::Connect {
-                endpoint: endpoint.to_string(),
-                reason: error_chain(&e),
-            }),
-            Ok(Ok(resp)) => {
-                let (parts, body) = resp.into_parts();
-                Ok(PhaseResponse {
-                    status: parts.status.as_u16(),
-                    headers: parts.headers,
-                    body,
-                })
+        let head = match tokio::time::timeout(t.head, self.client.request(req)).await {
+            Err(_) => {
+                let kind = if t.streamed {
+                    FailureKind::HeadTimeout
+                } else {
+                    FailureKind::Deadline
+                };
+                let detail = format!("no response head after {} ms", t.head.as_millis());
+                return Err(DispatchError::new(kind, endpoint, detail));
             }
-        }
+            Ok(Err(e)) => return Err(classify_client_error(endpoint, &e)),
+            Ok(Ok(resp)) => resp,
+        };
+        let (parts, body) = head.into_parts();
+        let body = if t.streamed {
+            LegBody::streamed(body, t.body, t.total.map(|d| started + d))
+        } else {
+            let left = t.total.map(|d| d.saturating_sub(started.elapsed()));
+            LegBody::full(read_whole(endpoint, body, t.body, left).await?)
+        };
+        Ok(PhaseResponse {
+            status: parts.status.as_u16(),
+            headers: parts.headers,
+            body,
+        })
     }
 
-    /// `GET http://{address}{path}` and its whole body, for scraping.
+    /// `GET http://{address}{path}` and its whole body within `timeout`, for scraping.
     pub async fn get(
         &self,
         endpoint: &str,
@@ -82,6 +102,12 @@ impl Upstream {
         path: &str,
         timeout: Duration,
     ) -> Result<(u16, Bytes), DispatchError> {
+        let t = LegTimeouts {
+            streamed: false,
+            head: timeout,
+            body: timeout,
+            total: Some(timeout),
+        };
         let resp = self
             .send(
                 endpoint,
@@ -89,15 +115,69 @@ impl Upstream {
                 format!("http://{address}{path}"),
                 HeaderMap::new(),
                 Bytes::new(),
-                timeout,
+                t,
             )
             .await?;
-        let body = self.collect(endpoint, resp.body).await?;
+        let body = resp.body.into_full().unwrap_or_default();
         Ok((resp.status, body))
     }
 }
 
-fn error_chain(e: &dyn std::error::Error) -> String {
+/// Reads a whole body: each wait bounded by `body` and the whole by `left` (the rest of the
+/// leg's deadline).
+///
+/// Errors: `BodyTimeout` (the body stalled), `Deadline` (the leg's deadline passed first),
+/// `BodyBroken` (the connection failed mid-body).
+pub async fn read_whole(
+    endpoint: &str,
+    body: hyper::body::Incoming,
+    body_timeout: Duration,
+    left: Option<Duration>,
+) -> Result<Bytes, DispatchError> {
+    let (limit, kind) = match left {
+        Some(l) if l < body_timeout => (l, FailureKind::Deadline),
+        _ => (body_timeout, FailureKind::BodyTimeout),
+    };
+    match tokio::time::timeout(limit, body.collect()).await {
+        Err(_) => Err(DispatchError::new(
+            kind,
+            endpoint,
+            format!("body not complete {} ms after the head", limit.as_millis()),
+        )),
+        Ok(Err(e)) => Err(DispatchError::new(
+            FailureKind::BodyBroken,
+            endpoint,
+            error_chain(&e),
+        )),
+        Ok(Ok(c)) => Ok(c.to_bytes()),
+    }
+}
+
+/// Connect failures (refused, or timed out: an `io::ErrorKind::TimedOut` in the chain) apart
+/// from failures after the request was sent (`Reset`).
+fn classify_client_error(endpoint: &str, e: &hyper_util::client::legacy::Error) -> DispatchError {
+    let kind = if e.is_connect() {
+        let mut timed_out = false;
+        let mut cur: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(e);
+        while let Some(c) = cur {
+            if let Some(io) = c.downcast_ref::<std::io::Error>() {
+                timed_out |= io.kind() == std::io::ErrorKind::TimedOut;
+            }
+            cur = c.source();
+        }
+        if timed_out {
+            FailureKind::ConnectTimeout
+        } else {
+            FailureKind::ConnectRefused
+        }
+    } else {
+        FailureKind::Reset
+    };
+    DispatchError::new(kind, endpoint, error_chain(e))
+}
+
+/// `e` and its sources, joined by `: `.
+pub fn error_chain(e: &dyn std::error::Error) -> String {
     let mut s = e.to_string();
     let mut cur = e.source();
     while let Some(c) = cur {
@@ -106,40 +186,4 @@ fn error_chain(e: &dyn std::error::Error) -> String {
         cur = c.source();
     }
     s
-}
-
-impl Dispatcher for Upstream {
-    type Body = Incoming;
-
-    async fn dispatch(&self, req: PhaseRequest) -> Result<PhaseResponse<Incoming>, DispatchError> {
-        let uri = format!("http://{}{}", req.target.address, req.api.path());
-        let mut headers = req.headers;
-        headers.insert(
-            http::header::CONTENT_TYPE,
-            http::HeaderValue::from_static("application/json"),
-        );
-        self.send(
-            &req.target.name,
-            Method::POST,
-            uri,
-            headers,
-            req.body,
-            self.timeout,
-        )
-        .await
-    }
-
-    async fn collect(&self, endpoint: &str, body: Incoming) -> Result<Bytes, DispatchError> {
-        match tokio::time::timeout(self.timeout, body.collect()).await {
-            Err(_) => Err(DispatchError::Timeout {
-                endpoint: endpoint.to_string(),
-                timeout_ms: self.timeout.as_millis() as u64,
-            }),
-            Ok(Err(e)) => Err(DispatchError::Body {
-                endpoint: endpoint.to_string(),
-                reason: error_chain(&e),
-            }),
-            Ok(Ok(c)) => Ok(c.to_bytes()),
-        }
-    }
 }

@@ -112,7 +112,9 @@ async fn a_failing_decode_is_retried_elsewhere_unless_pinned() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_prefill_sends_no_decode_and_a_4xx_passes_through_untouched() {
-    let p = worker("prefill-0", "prefill", Some(503)).await;
+    // A 500 is the engine's answer to this request (not "prefill unavailable", which a 503
+    // is: the prefill policy then runs the request aggregated, see e2e_request_ctx.rs).
+    let p = worker("prefill-0", "prefill", Some(500)).await;
     let d = worker("decode-0", "decode", None).await;
     let r = fleet::router_with(endpoints(&[&p, &d]), DEFAULT_CONFIG_YAML, |_| {})
         .await
@@ -124,7 +126,7 @@ async fn a_failed_prefill_sends_no_decode_and_a_4xx_passes_through_untouched() {
         v["error"]["message"]
             .as_str()
             .unwrap()
-            .starts_with("prefill endpoint prefill-0 answered 503"),
+            .starts_with("prefill leg failed: upstream prefill-0 answered 500"),
         "{v}"
     );
     assert_eq!(requests(&d), 0, "no decode leg after a failed prefill");
@@ -209,7 +211,9 @@ async fn sessions_bind_to_the_endpoint_that_served_and_a_502_names_the_last_one_
         v["error"]["message"]
             .as_str()
             .unwrap()
-            .starts_with(&format!("decode endpoint {decode} answered 503")),
+            .starts_with(&format!(
+                "decode leg failed: upstream {decode} answered 503"
+            )),
         "header {decode}, body {v}"
     );
 }

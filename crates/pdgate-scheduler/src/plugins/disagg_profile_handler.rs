@@ -83,7 +83,31 @@ pub struct DeciderNames {
 pub struct DisaggProfileHandler {
     decode: String,
     prefill: String,
+    encode: String,
     prefill_decider: Option<Arc<dyn Decider>>,
+}
+
+/// Why a split request found no prefill endpoint, when the fleet has prefill endpoints for
+/// its model (none Ready, every one's circuit open, or filtered out); `None` for a fleet
+/// without prefill endpoints, which runs aggregated by design.
+fn prefill_unavailable(ctx: &RequestCtx<'_>) -> Option<String> {
+    let known = ctx
+        .snapshot()
+        .endpoints
+        .iter()
+        .filter(|e| {
+            e.endpoint
+                .role
+                .is_some_and(|r| r.can_prefill() && !r.can_decode())
+                && e.load.serves(ctx.req.model)
+        })
+        .count();
+    (known > 0).then(|| {
+        format!(
+            "no prefill endpoint can serve the request ({known} known: none Ready, \
+             circuits open or filtered out)"
+        )
+    })
 }
 
 impl ProfileHandler for DisaggProfileHandler {
@@ -102,6 +126,7 @@ impl ProfileHandler for DisaggProfileHandler {
             return Ok(SchedulingResult {
                 prefill: None,
                 decode,
+                prefill_unavailable: None,
             });
         }
         // A client's prefill pin asks for a split prefill on that endpoint: honoured whatever
@@ -120,9 +145,17 @@ impl ProfileHandler for DisaggProfileHandler {
                     return Ok(SchedulingResult {
                         prefill: Some(prefill),
                         decode,
+                        prefill_unavailable: None,
                     });
                 }
-                Err(Rejection::Saturated { .. }) => {}
+                Err(Rejection::Saturated { .. }) => {
+                    decode.phase = Phase::Aggregated;
+                    return Ok(SchedulingResult {
+                        prefill: None,
+                        decode,
+                        prefill_unavailable: prefill_unavailable(ctx),
+                    });
+                }
                 Err(e) => return Err(e),
             }
         }
@@ -130,6 +163,7 @@ impl ProfileHandler for DisaggProfileHandler {
         Ok(SchedulingResult {
             prefill: None,
             decode,
+            prefill_unavailable: None,
         })
     }
 
@@ -137,6 +171,15 @@ impl ProfileHandler for DisaggProfileHandler {
         match &self.prefill_decider {
             Some(d) => d.decide(ctx, decode),
             None => Decision::Keep,
+        }
+    }
+
+    fn profile_for(&self, phase: Phase) -> Option<&str> {
+        match phase {
+            Phase::Prefill => Some(&self.prefill),
+            Phase::Decode => Some(&self.decode),
+            Phase::Encode => Some(&self.encode),
+            Phase::Aggregated => None,
         }
     }
 }
@@ -159,6 +202,7 @@ fn build(params: Option<&Value>, ctx: &mut BuildCtx<'_>) -> Result<Built, Plugin
     let handler = DisaggProfileHandler {
         decode: p.profiles.decode.clone(),
         prefill: p.profiles.prefill.clone(),
+        encode: p.profiles.encode.clone(),
         prefill_decider,
     };
     Ok(Built {

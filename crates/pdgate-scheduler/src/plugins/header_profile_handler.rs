@@ -78,6 +78,7 @@ impl ProfileHandler for HeaderProfileHandler {
         Ok(SchedulingResult {
             prefill: None,
             decode: pick,
+            prefill_unavailable: None,
         })
     }
 

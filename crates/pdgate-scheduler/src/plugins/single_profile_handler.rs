@@ -38,6 +38,7 @@ impl ProfileHandler for SingleProfileHandler {
         Ok(SchedulingResult {
             prefill: None,
             decode: runner.run(ctx, &self.profile, Phase::Aggregated)?,
+            prefill_unavailable: None,
         })
     }
 }

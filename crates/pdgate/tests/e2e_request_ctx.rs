@@ -1,0 +1,324 @@
+//! The request context end to end (issue 9 items 2–4): a retry from A to B moves the booking,
+//! the session and the prefix credit to B; phases follow profile roles, not names; a client
+//! that goes away aborts the legs that were running on the engines; the prefill-unavailable
+//! policy applies from the first request on.
+
+use pdgate::fleet::{self, FleetSpec};
+use pdgate_coordinator::PrefillFallback;
+use pdgate_scheduler::{Endpoint, Scheduler, DEFAULT_CONFIG_YAML};
+use pdgate_server::{serve_on, EndpointSource, ServeOptions, ServerHandle};
+use pdgate_sim::{spawn_worker, SimConfig, WorkerHandle, WorkerSpec};
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+async fn worker(name: &str, role: &str, cfg: SimConfig) -> WorkerHandle {
+    let labels = BTreeMap::from([("llm-d.ai/role".to_string(), role.to_string())]);
+    let spec = WorkerSpec {
+        name: name.into(),
+        role: role.into(),
+        revision: None,
+        labels,
+    };
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    spawn_worker(spec, cfg, l).await.unwrap()
+}
+
+fn fast() -> SimConfig {
+    SimConfig {
+        speedup: 50.0,
+        ..SimConfig::default()
+    }
+}
+
+fn endpoint(w: &WorkerHandle) -> Endpoint {
+    Endpoint::new(w.name(), w.addr().to_string(), w.spec().labels.clone())
+}
+
+async fn router_with(eps: Vec<Endpoint>, yaml: &str, policy: PrefillFallback) -> ServerHandle {
+    let scheduler = Arc::new(Scheduler::from_yaml(yaml, "test").unwrap());
+    let mut opts = ServeOptions::new(scheduler, EndpointSource::Static(eps));
+    opts.scrape_interval = Duration::from_millis(50);
+    opts.resilience.prefill_fallback = policy;
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    serve_on(l, opts).await.unwrap()
+}
+
+fn prompt(first: u32, len: u32) -> Vec<u32> {
+    (first..first + len).collect()
+}
+
+/// Status, the named headers, and the JSON body.
+async fn send(
+    h: &ServerHandle,
+    headers: &[(&str, &str)],
+    body: &Value,
+    want: &[&str],
+) -> (u16, Vec<String>, Value) {
+    let mut r = reqwest::Client::new()
+        .post(format!("http://{}/v1/completions", h.addr))
+        .json(body);
+    for (k, v) in headers {
+        r = r.header(*k, *v);
+    }
+    let r = r.send().await.unwrap();
+    let got = want
+        .iter()
+        .map(|n| {
+            r.headers()
+                .get(*n)
+                .map(|v| v.to_str().unwrap().to_string())
+                .unwrap_or_default()
+        })
+        .collect();
+    (
+        r.status().as_u16(),
+        got,
+        r.json().await.unwrap_or(Value::Null),
+    )
+}
+
+fn in_flight(h: &ServerHandle, name: &str) -> u32 {
+    let snap = h.state.registry.snapshot();
+    let e = snap.endpoints.iter().find(|e| e.endpoint.name == name);
+    e.map(|e| e.load.in_flight()).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_from_a_to_b_books_binds_and_credits_b_only() {
+    let failing = SimConfig {
+        error_rate: 1.0,
+        error_status: 503,
+        ..fast()
+    };
+    let a = worker("decode-a", "decode", failing).await;
+    let b = worker("decode-b", "decode", fast()).await;
+    let h = router_with(
+        vec![endpoint(&a), endpoint(&b)],
+        DEFAULT_CONFIG_YAML,
+        PrefillFallback::Aggregated,
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    // The session is bound to A, so A is tried first.
+    let now = tokio::time::Instant::now();
+    h.state
+        .sessions
+        .bind_names("s1", None, Some("decode-a".into()), now);
+    let body = json!({"model": "pdgate-sim", "prompt": prompt(10, 64), "max_tokens": 2});
+    let (status, names, _) = send(
+        &h,
+        &[("x-session-id", "s1")],
+        &body,
+        &["x-pdgate-decode-endpoint", "x-pdgate-pd-mode"],
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert_eq!(names, ["decode-b", "aggregated"]);
+    // The engines saw one try each: A's injected 503, B's completion.
+    assert_eq!((a.stats().injected_errors, a.stats().completions), (1, 0));
+    assert_eq!((b.stats().injected_errors, b.stats().completions), (0, 1));
+    assert_eq!(
+        (in_flight(&h, "decode-a"), in_flight(&h, "decode-b")),
+        (0, 0)
+    );
+    let binding = h
+        .state
+        .sessions
+        .lookup("s1", tokio::time::Instant::now())
+        .unwrap();
+    assert_eq!(binding.decode.as_deref(), Some("decode-b"));
+    // 64 tokens = 4 blocks of 16, credited to B once, none to A.
+    assert_eq!(h.state.scheduler.prefix_blocks_held("decode-b"), 4);
+    assert_eq!(h.state.scheduler.prefix_blocks_held("decode-a"), 0);
+}
+
+/// The default P/D config with its profiles renamed `p`, `d`, `e`.
+fn renamed_profiles() -> String {
+    DEFAULT_CONFIG_YAML
+        .replace(
+            "    deciders:\n      prefill: prefix-based-pd-decider",
+            "    profiles: {prefill: p, decode: d, encode: e}\n    deciders:\n      prefill: prefix-based-pd-decider",
+        )
+        .replace("- name: prefill\n", "- name: p\n")
+        .replace("- name: decode\n", "- name: d\n")
+        .replace("- name: encode\n", "- name: e\n")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn profiles_named_p_d_e_split_and_encode_like_the_defaults() {
+    let yaml = renamed_profiles();
+    assert!(yaml.contains("- name: p\n") && !yaml.contains("- name: prefill\n"));
+    let spec = FleetSpec {
+        encode: 1,
+        ..FleetSpec::new(1, 1, 50.0)
+    };
+    let f = fleet::start(&spec, &yaml).await.unwrap();
+    f.wait_for_models().await;
+    let r = reqwest::Client::new()
+        .post(format!("{}/v1/chat/completions", f.url()))
+        .json(&json!({
+            "model": "pdgate-sim",
+            "messages": [{"role": "user", "content": [
+                {"type": "image_url", "image_url": {"url": "https://x/cat.png"}},
+                {"type": "text", "text": "describe this picture in great detail please, every object, \
+                    every colour, every shape, every shadow and every person you can see in it, then \
+                    compare it with the paintings of the old masters and say which one it is most like"}
+            ]}],
+            "max_tokens": 3
+        }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["x-pdgate-pd-mode"], "split");
+    let encoded: u64 = f
+        .workers
+        .iter()
+        .filter(|w| w.role() == "encode")
+        .map(|w| w.stats().ec_pulls_served)
+        .sum();
+    assert_eq!(encoded, 1, "the encode step ran on the encode endpoint");
+    // A per-role router with these names reads the coordinator's role header.
+    let r = reqwest::Client::new()
+        .post(format!("{}/v1/completions", f.url()))
+        .header("x-llm-d-epp-profile", "prefill")
+        .json(&json!({"model": "pdgate-sim", "prompt": prompt(7, 40), "max_tokens": 1}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert!(r.headers()["x-pdgate-prefill-endpoint"]
+        .to_str()
+        .unwrap()
+        .starts_with("prefill-"));
+}
+
+/// A slow fleet: prefill of a 2,000-token prompt takes about a second, a decode step about
+/// 100 ms.
+fn slow() -> SimConfig {
+    SimConfig {
+        speedup: 0.05,
+        ..SimConfig::default()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_gone_mid_prefill_or_mid_stream_aborts_the_running_leg_on_the_engine() {
+    let p = worker("prefill-0", "prefill", slow()).await;
+    let d = worker("decode-0", "decode", slow()).await;
+    let h = router_with(
+        vec![endpoint(&p), endpoint(&d)],
+        DEFAULT_CONFIG_YAML,
+        PrefillFallback::Aggregated,
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    // Mid-prefill: the client gives up after 300 ms, while the prefill leg runs.
+    let body =
+        json!({"model": "pdgate-sim", "prompt": prompt(1, 2000), "max_tokens": 20, "stream": true});
+    let client = reqwest::Client::new();
+    let url = format!("http://{}/v1/completions", h.addr);
+    let gave_up = tokio::time::timeout(
+        Duration::from_millis(300),
+        client.post(&url).json(&body).send(),
+    )
+    .await;
+    assert!(
+        gave_up.is_err(),
+        "no response head before the prefill ended"
+    );
+    wait_until(|| p.stats().cancelled == 1).await;
+    assert_eq!((p.stats().cancelled, d.stats().cancelled), (1, 0));
+    wait_until(|| h.state.in_flight_total() == 0).await;
+    // Mid-stream: read the first chunk of the decode stream, then go away.
+    let body = json!({"model": "pdgate-sim", "prompt": prompt(5000, 2000), "max_tokens": 60, "stream": true});
+    let mut r = client.post(&url).json(&body).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["x-pdgate-pd-mode"], "split");
+    let first = r.chunk().await.unwrap().unwrap();
+    assert!(first.starts_with(b"data: "));
+    drop(r);
+    wait_until(|| d.stats().cancelled == 1).await;
+    assert_eq!((p.stats().cancelled, d.stats().cancelled), (1, 1));
+    wait_until(|| h.state.in_flight_total() == 0).await;
+}
+
+async fn wait_until(mut f: impl FnMut() -> bool) {
+    for _ in 0..200 {
+        if f() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert!(f(), "condition not met within 5 s");
+}
+
+/// An address nobody listens on.
+async fn closed_port() -> String {
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap().to_string();
+    drop(l);
+    addr
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_prefill_gets_the_same_answer_from_the_first_request_on() {
+    let d = worker("decode-0", "decode", fast()).await;
+    let labels = BTreeMap::from([("llm-d.ai/role".to_string(), "prefill".to_string())]);
+    let dead = Endpoint::new("prefill-dead", closed_port().await, labels);
+    let want = [
+        "x-pdgate-pd-mode",
+        "x-pdgate-decode-endpoint",
+        "x-pdgate-pd-fallback-reason",
+    ];
+    for policy in [PrefillFallback::Aggregated, PrefillFallback::Fail] {
+        let h = router_with(
+            vec![dead.clone(), endpoint(&d)],
+            DEFAULT_CONFIG_YAML,
+            policy,
+        )
+        .await;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        for i in 0..30 {
+            let body = json!({"model": "pdgate-sim", "prompt": prompt(100 * i + 10_000, 64), "max_tokens": 2});
+            let (status, got, v) = send(&h, &[], &body, &want).await;
+            match policy {
+                PrefillFallback::Aggregated => {
+                    assert_eq!(status, 200, "request {i}: {v}");
+                    assert_eq!(got[..2], ["aggregated", "decode-0"], "request {i}");
+                    assert!(
+                        got[2].contains("prefill"),
+                        "request {i}: the reason names prefill: {got:?}"
+                    );
+                }
+                PrefillFallback::Fail => {
+                    assert_eq!(status, 503, "request {i}: {v}");
+                    let msg = v["error"]["message"].as_str().unwrap();
+                    assert!(
+                        msg.starts_with("prefill unavailable: "),
+                        "request {i}: {msg}"
+                    );
+                }
+            }
+        }
+        let m = reqwest::get(format!("http://{}/metrics", h.addr))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        let series = format!(
+            "pdgate_prefill_fallbacks_total{{policy=\"{}\"}} 30",
+            policy.as_str()
+        );
+        assert!(m.contains(&series), "{series} in\n{m}");
+        assert_eq!(h.state.in_flight_total(), 0);
+    }
+    let completions = d.stats().completions;
+    assert_eq!(
+        completions, 30,
+        "only the aggregated policy ran requests on decode"
+    );
+}
