@@ -3,7 +3,7 @@
 //! a decode router (each a pdgate selecting its profile from `x-llm-d-epp-profile`), in
 //! front of simulator workers; all in-process on 127.0.0.1:0 (design.md §4).
 
-use pdgate::fleet::{self, FleetSpec, LocalFleet};
+use pdgate_scenario::fleet::{self, FleetSpec, LocalFleet};
 use pdgate_scheduler::{Endpoint, DEFAULT_CONFIG_YAML};
 use pdgate_server::app::PhaseRouters;
 use pdgate_server::ServerHandle;

@@ -5,7 +5,7 @@
 use axum::extract::State;
 use axum::routing::post;
 use http::HeaderMap;
-use pdgate::fleet;
+use pdgate_scenario::fleet;
 use pdgate_scheduler::DEFAULT_CONFIG_YAML;
 use pdgate_server::discovery::parse_endpoints_yaml;
 use serde_json::json;

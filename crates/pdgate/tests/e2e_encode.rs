@@ -4,7 +4,7 @@
 //! in-process encode picks) and layout (b) (an encode router), and with two revisions the
 //! parallel encodes of a request share its revision.
 
-use pdgate::fleet::{self, FleetSpec, LocalFleet};
+use pdgate_scenario::fleet::{self, FleetSpec, LocalFleet};
 use pdgate_scheduler::{Endpoint, DEFAULT_CONFIG_YAML};
 use pdgate_server::app::PhaseRouters;
 use pdgate_sim::{spawn_fleet, SimConfig, WorkerSpec};

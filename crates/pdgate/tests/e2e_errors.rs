@@ -1,7 +1,7 @@
 //! Bad input through the real router in front of simulated workers: each case gets the status
 //! of design.md §5.5 and an OpenAI error body naming the problem.
 
-use pdgate::fleet::{self, FleetSpec};
+use pdgate_scenario::fleet::{self, FleetSpec};
 use pdgate_scheduler::DEFAULT_CONFIG_YAML;
 use serde_json::Value;
 

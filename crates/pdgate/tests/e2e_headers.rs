@@ -8,7 +8,7 @@ use axum::response::IntoResponse;
 use axum::routing::post;
 use bytes::Bytes;
 use http::HeaderMap;
-use pdgate::fleet;
+use pdgate_scenario::fleet;
 use pdgate_scheduler::{Endpoint, DEFAULT_CONFIG_YAML};
 use pdgate_server::app::PhaseRouters;
 use pdgate_sim::{spawn_fleet, SimConfig, WorkerSpec};

@@ -7,7 +7,7 @@ use axum::routing::post;
 use bytes::Bytes;
 use futures_util::StreamExt;
 use http::HeaderMap;
-use pdgate::fleet::{self, FleetSpec};
+use pdgate_scenario::fleet::{self, FleetSpec};
 use pdgate_scheduler::{Endpoint, DEFAULT_CONFIG_YAML};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;

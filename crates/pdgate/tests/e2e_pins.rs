@@ -1,7 +1,7 @@
 //! Pins are per phase (design.md §5.3, issue 5): the seed's bug was a 500 when a client
 //! pinned only the decode worker, because the prefill hop looked it up in the prefill pool.
 
-use pdgate::fleet::{self, FleetSpec};
+use pdgate_scenario::fleet::{self, FleetSpec};
 use pdgate_scheduler::DEFAULT_CONFIG_YAML;
 use serde_json::{json, Value};
 use std::collections::BTreeSet;

@@ -2,7 +2,7 @@
 //! failing decode endpoint is retried on another one of the same revision; a pinned decode
 //! is not; a failed prefill sends no decode; a 4xx passes through and never trips a breaker.
 
-use pdgate::fleet;
+use pdgate_scenario::fleet;
 use pdgate_scheduler::{Endpoint, DEFAULT_CONFIG_YAML};
 use pdgate_sim::{spawn_worker, SimConfig, WorkerHandle, WorkerSpec};
 use serde_json::{json, Value};

@@ -125,7 +125,7 @@ async fn unknown_routes_and_methods_get_openai_error_bodies() {
         a.addr().to_string(),
         BTreeMap::new(),
     )];
-    let router = pdgate::fleet::router_with(eps, DEFAULT_CONFIG_YAML, |_| {})
+    let router = pdgate_scenario::fleet::router_with(eps, DEFAULT_CONFIG_YAML, |_| {})
         .await
         .unwrap();
     let url = format!("http://{}", router.addr);
@@ -166,7 +166,7 @@ async fn a_request_abandoned_before_its_response_head_is_counted_as_499() {
         slow.addr().to_string(),
         BTreeMap::new(),
     )];
-    let router = pdgate::fleet::router_with(eps, DEFAULT_CONFIG_YAML, |_| {})
+    let router = pdgate_scenario::fleet::router_with(eps, DEFAULT_CONFIG_YAML, |_| {})
         .await
         .unwrap();
     let url = format!("http://{}", router.addr);
@@ -192,8 +192,8 @@ async fn a_request_abandoned_before_its_response_head_is_counted_as_499() {
 
 #[tokio::test]
 async fn the_profile_header_selects_the_phase_profile_and_an_unknown_one_is_400() {
-    let f = pdgate::fleet::start(
-        &pdgate::fleet::FleetSpec::new(1, 1, 100.0),
+    let f = pdgate_scenario::fleet::start(
+        &pdgate_scenario::fleet::FleetSpec::new(1, 1, 100.0),
         DEFAULT_CONFIG_YAML,
     )
     .await

@@ -1,7 +1,7 @@
 //! Stateful session affinity (`x-session-id`, issue 5 item 4): turns of one session stay on
 //! one endpoint per phase; when that endpoint leaves they move once and stay.
 
-use pdgate::fleet::{self, FleetSpec};
+use pdgate_scenario::fleet::{self, FleetSpec};
 use pdgate_scheduler::{Endpoint, DEFAULT_CONFIG_YAML};
 use serde_json::json;
 
