@@ -7,7 +7,7 @@ mod support;
 use pdgate_scheduler::DEFAULT_CONFIG_YAML;
 use pdgate_server::discovery::parse_endpoints_yaml;
 use serde_json::json;
-use support::{fake_engine, router};
+use support::{fake_engine, router, send, url};
 
 #[tokio::test]
 async fn the_chosen_rank_reaches_the_engine_and_is_reported() {
@@ -42,52 +42,33 @@ async fn the_chosen_rank_reaches_the_engine_and_is_reported() {
         ]
     );
     let r = router(eps, DEFAULT_CONFIG_YAML).await;
-    let client = reqwest::Client::new();
+    let url = url(&r);
     let body = json!({"model": "m", "prompt": "hi", "max_tokens": 1});
     // Pinned: pod + rank 1.
-    let resp = client
-        .post(format!("http://{}/v1/completions", r.addr))
-        .header("x-worker-instance-id", "pod")
-        .header("x-dp-rank", "1")
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), 200);
-    assert_eq!(resp.headers()["x-pdgate-decode-endpoint"], "pod-rank-1");
-    assert_eq!(resp.headers()["x-pdgate-decode-dp-rank"], "1");
+    let pin = |rank| [("x-worker-instance-id", "pod"), ("x-dp-rank", rank)];
+    let resp = send(&url, &pin("1"), &body).await;
+    assert_eq!(resp.status, 200);
+    assert_eq!(resp.headers["x-pdgate-decode-endpoint"], "pod-rank-1");
+    assert_eq!(resp.headers["x-pdgate-decode-dp-rank"], "1");
     assert_eq!(last_rank().as_deref(), Some("1"));
     // Unpinned: whatever rank is picked is the one the engine gets and the client sees.
     for _ in 0..6 {
-        let resp = client
-            .post(format!("http://{}/v1/completions", r.addr))
-            .json(&body)
-            .send()
-            .await
-            .unwrap();
-        let rank = resp.headers()["x-pdgate-decode-dp-rank"]
+        let resp = send(&url, &[], &body).await;
+        let rank = resp.headers["x-pdgate-decode-dp-rank"]
             .to_str()
             .unwrap()
             .to_string();
         assert_eq!(
-            resp.headers()["x-pdgate-decode-endpoint"].to_str().unwrap(),
+            resp.headers["x-pdgate-decode-endpoint"].to_str().unwrap(),
             format!("pod-rank-{rank}")
         );
         assert_eq!(last_rank().as_deref(), Some(rank.as_str()));
     }
     // A rank the pod does not have: 400 naming the header.
-    let resp = client
-        .post(format!("http://{}/v1/completions", r.addr))
-        .header("x-worker-instance-id", "pod")
-        .header("x-dp-rank", "5")
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), 400);
-    let v: serde_json::Value = resp.json().await.unwrap();
+    let resp = send(&url, &pin("5"), &body).await;
+    assert_eq!(resp.status, 400);
     assert_eq!(
-        v["error"]["message"],
+        resp.body["error"]["message"],
         "header `x-dp-rank`: endpoint `pod` has no DP rank 5 (known ranks: 0, 1)"
     );
 }
