@@ -8,11 +8,12 @@ mod support;
 use axum::response::IntoResponse;
 use pdgate_scheduler::Endpoint;
 use pdgate_server::app::PhaseRouters;
-use serde_json::{json, Value};
+use serde_json::json;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use support::{
-    endpoints, fake_engine, router, screened_config, sim_config, sim_workers, FakeEngine, Recorded,
+    endpoints, fake_engine, router, screened_config, send, sim_config, sim_workers, url,
+    FakeEngine, Recorded,
 };
 
 fn prefill_reply(_: &Recorded) -> axum::response::Response {
@@ -81,15 +82,10 @@ async fn the_412s_revision_reaches_prefill_and_decode_and_a_bare_412_constrains_
         let p = fake_router(prefill_reply).await;
         let d = fake_router(reply).await;
         let c = coordinator(&p.addr, &d.addr).await;
-        let r = reqwest::Client::new()
-            .post(format!("http://{}/v1/completions", c.addr))
-            // A client's own copy is discarded: it must never reach a router.
-            .header("x-llm-d-disagg-revision", "forged")
-            .json(&body)
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(r.status(), 200);
+        // A client's own copy is discarded: it must never reach a router.
+        let forged = [("x-llm-d-disagg-revision", "forged")];
+        let r = send(&url(&c), &forged, &body).await;
+        assert_eq!(r.status, 200);
         assert_eq!(
             legs(&d),
             [
@@ -196,19 +192,12 @@ async fn routers_with_the_rollout_screener_never_mix_revisions() {
 #[tokio::test]
 async fn no_endpoint_snapshot_and_an_uncovered_strict_revision_are_503_with_a_reason() {
     let yaml = screened_config();
-    let client = reqwest::Client::new();
     let body = json!({"model": "m", "prompt": "hi", "max_tokens": 1});
     // No endpoints known yet (an empty list): fail closed.
     let empty = router(Vec::new(), &yaml).await;
-    let r = client
-        .post(format!("http://{}/v1/completions", empty.addr))
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 503);
-    let v: Value = r.json().await.unwrap();
-    assert_eq!(v["error"]["message"], "no schedulable endpoints");
+    let r = send(&url(&empty), &[], &body).await;
+    assert_eq!(r.status, 503);
+    assert_eq!(r.body["error"]["message"], "no schedulable endpoints");
     // Revision a covered, b has no prefill: a strict header naming b → 503 naming it.
     let eps: Vec<Endpoint> = [("a", "prefill"), ("a", "decode"), ("b", "decode")]
         .iter()
@@ -218,33 +207,24 @@ async fn no_endpoint_snapshot_and_an_uncovered_strict_revision_are_503_with_a_re
             Endpoint::new(s.name, format!("127.0.0.1:{}", 9 + i), s.labels)
         })
         .collect();
-    let router = router(eps, &yaml).await;
-    let r = client
-        .post(format!("http://{}/v1/completions", router.addr))
-        .header("x-llm-d-epp-profile", "decode")
-        .header("x-llm-d-disagg-revision", "b")
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 503);
-    let v: Value = r.json().await.unwrap();
+    let strict_router = router(eps, &yaml).await;
+    let router = url(&strict_router);
+    let strict = [
+        ("x-llm-d-epp-profile", "decode"),
+        ("x-llm-d-disagg-revision", "b"),
+    ];
+    let r = send(&router, &strict, &body).await;
+    assert_eq!(r.status, 503);
     assert_eq!(
-        v["error"]["message"],
+        r.body["error"]["message"],
         "strict revision `b` (header x-llm-d-disagg-revision) is not covered"
     );
     // Without a profile header the router is the client's coordinator: the client's own
     // copy is discarded, so the request is screened normally (then fails upstream: these
     // endpoints do not listen — what matters is that it was not refused as strict).
-    let r = client
-        .post(format!("http://{}/v1/completions", router.addr))
-        .header("x-llm-d-disagg-revision", "b")
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 502);
-    assert_eq!(r.headers()["x-pdgate-decode-revision"], "a");
+    let r = send(&router, &strict[1..], &body).await;
+    assert_eq!(r.status, 502);
+    assert_eq!(r.headers["x-pdgate-decode-revision"], "a");
 }
 
 /// A prefill router still on the old endpoint list: 503 once, then 200.
@@ -269,13 +249,8 @@ async fn a_router_503_on_the_prefill_leg_is_sent_once_more_with_the_same_revisio
     let p = fake_router(prefill_catching_up()).await;
     let d = fake_router(decode_reply_with_revision).await;
     let c = coordinator(&p.addr, &d.addr).await;
-    let r = reqwest::Client::new()
-        .post(format!("http://{}/v1/completions", c.addr))
-        .json(&json!({"model": "m", "prompt": "hello", "max_tokens": 3}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200);
+    let body = json!({"model": "m", "prompt": "hello", "max_tokens": 3});
+    assert_eq!(send(&url(&c), &[], &body).await.status, 200);
     assert_eq!(
         legs(&p),
         [
