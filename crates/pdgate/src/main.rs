@@ -29,7 +29,7 @@ enum Cmd {
     Bench(pdgate_bench::BenchArgs),
     /// Simulated P/D fleet + router, prefix-aware vs round-robin, side by side (`--rollout`:
     /// a revision rollout through per-role routers instead).
-    Demo(pdgate::demo::DemoArgs),
+    Demo(pdgate_scenario::demo::DemoArgs),
     /// Validate an EndpointPickerConfig and print it with defaults injected.
     CheckConfig {
         /// The YAML file.
@@ -61,7 +61,7 @@ fn main() -> std::process::ExitCode {
             Cmd::Serve(a) => pdgate_server::run(a).await,
             Cmd::Sim(a) => pdgate_sim::run(a).await,
             Cmd::Bench(a) => pdgate_bench::run(a).await,
-            Cmd::Demo(a) => pdgate::demo::run(a).await,
+            Cmd::Demo(a) => pdgate_scenario::demo::run(a).await,
             Cmd::CheckConfig { .. } => unreachable!("handled before the runtime starts"),
         }
     });

@@ -4,7 +4,7 @@
 //! counted too late, the prefix recorded at pick time, ties shuffled without regard to load.
 
 use futures_util::future::join_all;
-use pdgate::fleet::{self, FleetSpec};
+use pdgate_scenario::fleet::{self, FleetSpec};
 use pdgate_scheduler::DEFAULT_CONFIG_YAML;
 use serde_json::json;
 use std::collections::BTreeMap;

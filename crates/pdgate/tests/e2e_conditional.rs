@@ -3,11 +3,14 @@
 //! a decode router (each a pdgate selecting its profile from `x-llm-d-epp-profile`), in
 //! front of simulator workers; all in-process on 127.0.0.1:0 (design.md §4).
 
-use pdgate::fleet::{self, FleetSpec, LocalFleet};
-use pdgate_scheduler::{Endpoint, DEFAULT_CONFIG_YAML};
+mod support;
+
+use pdgate_scenario::fleet::{self, FleetSpec, LocalFleet};
+use pdgate_scheduler::DEFAULT_CONFIG_YAML;
 use pdgate_server::app::PhaseRouters;
 use pdgate_server::ServerHandle;
-use serde_json::{json, Value};
+use serde_json::Value;
+use support::{coordinator, endpoints, metric, metrics, router, url};
 
 struct Layout {
     /// Workers + the prefill router (the fleet's own router).
@@ -18,10 +21,10 @@ struct Layout {
 
 impl Layout {
     fn url(&self) -> String {
-        format!("http://{}", self.coordinator.addr)
+        url(&self.coordinator)
     }
     fn decode_url(&self) -> String {
-        format!("http://{}", self.decode_router.addr)
+        url(&self.decode_router)
     }
     fn prefill_legs(&self) -> u64 {
         self.fleet.workers[0].stats().prefill_legs
@@ -36,32 +39,15 @@ async fn layout(decode_yaml: &str, conditional: bool) -> Layout {
     let fleet = fleet::start(&FleetSpec::new(1, 2, 50.0), DEFAULT_CONFIG_YAML)
         .await
         .unwrap();
-    let endpoints: Vec<Endpoint> = fleet
-        .workers
-        .iter()
-        .map(|w| Endpoint::new(w.name(), w.addr().to_string(), w.spec().labels.clone()))
-        .collect();
-    let decode_router = fleet::router_with(endpoints, decode_yaml, |_| {})
-        .await
-        .unwrap();
+    let decode_router = router(endpoints(&fleet.workers), decode_yaml).await;
     let routers = PhaseRouters::new(
         &fleet.router.addr.to_string(),
         &decode_router.addr.to_string(),
         conditional,
     );
-    let coordinator = fleet::router_with(Vec::new(), DEFAULT_CONFIG_YAML, |o| {
-        o.routers = Some(routers)
-    })
-    .await
-    .unwrap();
+    let coordinator = coordinator(routers).await;
     // Let the decode router learn the engines' model lists.
-    for _ in 0..500 {
-        let snap = decode_router.state.registry.snapshot();
-        if snap.endpoints.iter().all(|e| e.load.models().is_some()) {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-    }
+    fleet::wait_for_models(&decode_router).await;
     Layout {
         fleet,
         decode_router,
@@ -70,49 +56,18 @@ async fn layout(decode_yaml: &str, conditional: bool) -> Layout {
 }
 
 fn body(first: u32) -> Value {
-    json!({"model": "pdgate-sim", "prompt": (first..first + 256).collect::<Vec<u32>>(), "max_tokens": 4})
+    support::body(first, 256, 4)
 }
 
-/// Status, served-by headers and `usage.prompt_tokens_details.cached_tokens`.
+/// Status, served-by headers and the body; `prefer` goes straight to a decode router (with
+/// the decode profile).
 async fn send(url: &str, body: &Value, prefer: Option<&str>) -> (u16, [String; 3], Value) {
-    let mut r = reqwest::Client::new()
-        .post(format!("{url}/v1/completions"))
-        .json(body);
-    if let Some(p) = prefer {
-        r = r
-            .header("prefer", p)
-            .header("x-llm-d-epp-profile", "decode");
-    }
-    let r = r.send().await.unwrap();
-    let h = |n: &str| {
-        r.headers()
-            .get(n)
-            .map(|v| v.to_str().unwrap().to_string())
-            .unwrap_or_default()
+    let headers = match prefer {
+        Some(p) => vec![("prefer", p), ("x-llm-d-epp-profile", "decode")],
+        None => Vec::new(),
     };
-    let served = [
-        h("x-pdgate-pd-mode"),
-        h("x-pdgate-prefill-endpoint"),
-        h("x-pdgate-decode-endpoint"),
-    ];
-    let status = r.status().as_u16();
-    let v: Value = r.json().await.unwrap();
-    (status, served, v)
-}
-
-fn metric(text: &str, series: &str) -> u64 {
-    text.lines()
-        .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
-        .unwrap_or(0)
-}
-
-async fn metrics(addr: std::net::SocketAddr) -> String {
-    reqwest::get(format!("http://{addr}/metrics"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap()
+    let r = support::send(url, &headers, body).await;
+    (r.status, r.served(), r.body)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -143,7 +98,7 @@ async fn uncached_probe_is_412_then_prefill_and_decode_and_cached_probe_is_serve
     assert_eq!((status, served[0].as_str()), (200, "split"));
     assert_eq!(l.prefill_legs(), 2);
 
-    let coord = metrics(l.coordinator.addr).await;
+    let coord = metrics(&l.url()).await;
     let probes = |r: &str| {
         metric(
             &coord,
@@ -154,7 +109,7 @@ async fn uncached_probe_is_412_then_prefill_and_decode_and_cached_probe_is_serve
         (probes("served"), probes("deferred"), probes("error")),
         (1, 2, 0)
     );
-    let decode_router = metrics(l.decode_router.addr).await;
+    let decode_router = metrics(&l.decode_url()).await;
     assert_eq!(
         metric(
             &decode_router,
@@ -188,25 +143,16 @@ async fn coordinator_lists_the_routers_models_and_a_dead_router_is_a_502_without
     let dead_addr = dead.local_addr().unwrap().to_string();
     drop(dead);
     let routers = PhaseRouters::new(&l.fleet.router.addr.to_string(), &dead_addr, true);
-    let coordinator = fleet::router_with(Vec::new(), DEFAULT_CONFIG_YAML, |o| {
-        o.routers = Some(routers)
-    })
-    .await
-    .unwrap();
-    let r = reqwest::Client::new()
-        .post(format!("http://{}/v1/completions", coordinator.addr))
-        .json(&body(0))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 502);
+    let coordinator = coordinator(routers).await;
+    let r = support::send(&url(&coordinator), &[], &body(0)).await;
+    assert_eq!(r.status, 502);
     assert!(
-        r.headers().get("x-pdgate-pd-mode").is_none(),
+        r.headers.get("x-pdgate-pd-mode").is_none(),
         "{:?}",
-        r.headers()
+        r.headers
     );
-    assert!(r.headers().get("x-pdgate-decode-endpoint").is_none());
-    let v: Value = r.json().await.unwrap();
+    assert!(r.headers.get("x-pdgate-decode-endpoint").is_none());
+    let v = r.body;
     assert!(
         v["error"]["message"]
             .as_str()
@@ -230,7 +176,7 @@ async fn non_cached_tokens_zero_or_no_decider_never_412() {
             assert_eq!((status, served[0].as_str()), (200, "aggregated"), "{v}");
         }
         assert_eq!(l.prefill_legs(), 0);
-        let m = metrics(l.decode_router.addr).await;
+        let m = metrics(&l.decode_url()).await;
         assert_eq!(
             metric(
                 &m,
@@ -272,7 +218,7 @@ async fn prefer_header_is_parsed_per_rfc_7240_by_the_decode_router() {
     // Without a coordinator probe the coordinator never sends `Prefer` (flag off).
     let (status, served, _) = send(&l.url(), &body(60_000), None).await;
     assert_eq!((status, served[0].as_str()), (200, "split"));
-    let coord = metrics(l.coordinator.addr).await;
+    let coord = metrics(&l.url()).await;
     assert!(
         !coord.contains("pdgate_conditional_decode_probes_total{"),
         "{coord}"

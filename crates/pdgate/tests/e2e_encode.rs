@@ -4,12 +4,14 @@
 //! in-process encode picks) and layout (b) (an encode router), and with two revisions the
 //! parallel encodes of a request share its revision.
 
-use pdgate::fleet::{self, FleetSpec, LocalFleet};
-use pdgate_scheduler::{Endpoint, DEFAULT_CONFIG_YAML};
+mod support;
+
+use pdgate_scenario::fleet::{self, FleetSpec, LocalFleet};
+use pdgate_scheduler::DEFAULT_CONFIG_YAML;
 use pdgate_server::app::PhaseRouters;
-use pdgate_sim::{spawn_fleet, SimConfig, WorkerSpec};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
+use support::{coordinator, endpoints, router, screened_config, sim_config, sim_workers};
 
 fn chat(images: &[&str], text: &str) -> Value {
     let mut content: Vec<Value> = images
@@ -24,15 +26,15 @@ fn chat(images: &[&str], text: &str) -> Value {
     })
 }
 
+/// A chat completions request with the extra `headers`.
+async fn chat_reply(url: &str, headers: &[(&str, &str)], body: &Value) -> support::Reply {
+    support::send_to(url, "/v1/chat/completions", headers, body.to_string()).await
+}
+
+/// Status and body of a chat completions request.
 async fn post(url: &str, body: &Value) -> (u16, Value) {
-    let r = reqwest::Client::new()
-        .post(format!("{url}/v1/chat/completions"))
-        .json(body)
-        .send()
-        .await
-        .unwrap();
-    let status = r.status().as_u16();
-    (status, r.json().await.unwrap_or(Value::Null))
+    let r = chat_reply(url, &[], body).await;
+    (r.status, r.body)
 }
 
 /// Σ of a stat over the workers of `role`.
@@ -85,29 +87,17 @@ async fn one_router_runs_an_encode_leg_per_item_and_prefill_carries_their_output
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_coordinator_sends_encode_legs_to_the_encode_router() {
     let f = fleet::start(&spec(), DEFAULT_CONFIG_YAML).await.unwrap();
-    let endpoints: Vec<Endpoint> = f
-        .workers
-        .iter()
-        .map(|w| Endpoint::new(w.name(), w.addr().to_string(), w.spec().labels.clone()))
-        .collect();
-    let encode_router = fleet::router_with(endpoints.clone(), DEFAULT_CONFIG_YAML, |_| {})
-        .await
-        .unwrap();
-    let decode_router = fleet::router_with(endpoints, DEFAULT_CONFIG_YAML, |_| {})
-        .await
-        .unwrap();
+    let endpoints = endpoints(&f.workers);
+    let encode_router = router(endpoints.clone(), DEFAULT_CONFIG_YAML).await;
+    let decode_router = router(endpoints, DEFAULT_CONFIG_YAML).await;
     let routers = PhaseRouters::new(
         &f.router.addr.to_string(),
         &decode_router.addr.to_string(),
         false,
     )
     .with_encode(&encode_router.addr.to_string());
-    let c = fleet::router_with(Vec::new(), DEFAULT_CONFIG_YAML, |o| {
-        o.routers = Some(routers)
-    })
-    .await
-    .unwrap();
-    let url = format!("http://{}", c.addr);
+    let c = coordinator(routers).await;
+    let url = support::url(&c);
     let (status, v) = post(
         &url,
         &chat(
@@ -127,31 +117,16 @@ async fn a_coordinator_sends_encode_legs_to_the_encode_router() {
     assert_eq!(encode_router.state.in_flight_total(), 0);
 }
 
-fn member(revision: &str, role: &str) -> WorkerSpec {
-    let labels = BTreeMap::from([
-        ("llm-d.ai/role".to_string(), role.to_string()),
-        (
-            "disaggregatedset.x-k8s.io/role".to_string(),
-            role.to_string(),
-        ),
-        (
-            "disaggregatedset.x-k8s.io/revision".to_string(),
-            revision.to_string(),
-        ),
-    ]);
-    WorkerSpec {
-        name: format!("{revision}-{role}"),
-        role: role.to_string(),
-        revision: Some(revision.to_string()),
-        labels,
-    }
+/// A worker `{revision}-{role}` of the disaggregated set, labelled for the screener.
+fn member(revision: &str, role: &str) -> pdgate_sim::WorkerSpec {
+    support::member(&format!("{revision}-{role}"), revision, role)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn parallel_encodes_share_the_requests_revision() {
     // Two revisions, each with an encoder, a prefill and a decode. A simulator refuses encoder
     // output from another revision (409), so any mixed request would fail.
-    let specs: Vec<WorkerSpec> = ["a", "b"]
+    let specs: Vec<_> = ["a", "b"]
         .iter()
         .flat_map(|r| {
             [
@@ -161,37 +136,16 @@ async fn parallel_encodes_share_the_requests_revision() {
             ]
         })
         .collect();
-    let sim = SimConfig {
-        speedup: 50.0,
-        ..SimConfig::default()
-    };
-    let workers = spawn_fleet(specs.clone(), sim, "127.0.0.1", 0)
-        .await
-        .unwrap();
-    let endpoints: Vec<Endpoint> = specs
-        .iter()
-        .zip(&workers)
-        .map(|(s, w)| Endpoint::new(s.name.clone(), w.addr().to_string(), s.labels.clone()))
-        .collect();
-    let yaml = DEFAULT_CONFIG_YAML.replacen(
-        "\nplugins:\n",
-        "\nplugins:\n- type: disaggregatedset-rollout-screener\n",
-        1,
-    );
-    let router = fleet::router_with(endpoints, &yaml, |_| {}).await.unwrap();
-    let url = format!("http://{}", router.addr);
+    let workers = sim_workers(specs, sim_config(50.0)).await;
+    let router = router(endpoints(&workers), &screened_config()).await;
+    let url = support::url(&router);
     let mut revisions = BTreeMap::<String, usize>::new();
     for i in 0..40 {
         let images: Vec<String> = (0..4).map(|k| format!("https://x/{i}-{k}.png")).collect();
         let images: Vec<&str> = images.iter().map(String::as_str).collect();
-        let r = reqwest::Client::new()
-            .post(format!("{url}/v1/chat/completions"))
-            .json(&chat(&images, "four images"))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(r.status(), 200, "request {i}");
-        let rev = r.headers()["x-pdgate-decode-revision"]
+        let r = chat_reply(&url, &[], &chat(&images, "four images")).await;
+        assert_eq!(r.status, 200, "request {i}");
+        let rev = r.headers["x-pdgate-decode-revision"]
             .to_str()
             .unwrap()
             .to_string();
@@ -211,14 +165,9 @@ async fn parallel_encodes_share_the_requests_revision() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_per_role_router_forwards_its_leg_without_an_encode_step() {
     let f = fleet::start(&spec(), DEFAULT_CONFIG_YAML).await.unwrap();
-    let r = reqwest::Client::new()
-        .post(format!("{}/v1/chat/completions", f.url()))
-        .header("x-llm-d-epp-profile", "decode")
-        .json(&chat(&["https://x/a.png"], "look"))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200);
+    let profile = [("x-llm-d-epp-profile", "decode")];
+    let r = chat_reply(&f.url(), &profile, &chat(&["https://x/a.png"], "look")).await;
+    assert_eq!(r.status, 200);
     // The decode endpoint encoded the image itself; no encode leg was sent.
     assert_eq!(sum(&f, "encode", |s| s.encode_items), 0);
     assert_eq!(sum(&f, "decode", |s| s.local_encoded_items), 1);

@@ -1,7 +1,9 @@
 //! Bad input through the real router in front of simulated workers: each case gets the status
 //! of design.md §5.5 and an OpenAI error body naming the problem.
 
-use pdgate::fleet::{self, FleetSpec};
+mod support;
+
+use pdgate_scenario::fleet::{self, FleetSpec};
 use pdgate_scheduler::DEFAULT_CONFIG_YAML;
 use serde_json::Value;
 
@@ -12,26 +14,25 @@ async fn fleet_with_body_limit(limit: usize) -> (fleet::LocalFleet, String) {
     let url = f.url();
     (f, url)
 }
+
 async fn post(url: &str, body: impl Into<reqwest::Body>) -> (u16, Value) {
     let (status, _, body) = post_with_headers(url, body).await;
     (status, body)
 }
 
+/// A raw body to `/v1/completions` with a client request id.
 async fn post_with_headers(
     url: &str,
     body: impl Into<reqwest::Body>,
-) -> (u16, reqwest::header::HeaderMap, Value) {
-    let r = reqwest::Client::new()
-        .post(format!("{url}/v1/completions"))
-        .header("content-type", "application/json")
-        .header("x-request-id", "client-rid-7")
-        .body(body)
-        .send()
-        .await
-        .unwrap();
-    let status = r.status().as_u16();
-    let headers = r.headers().clone();
-    (status, headers, r.json().await.unwrap())
+) -> (u16, http::HeaderMap, Value) {
+    let r = support::send_to(
+        url,
+        "/v1/completions",
+        &[("x-request-id", "client-rid-7")],
+        body,
+    )
+    .await;
+    (r.status, r.headers, r.body)
 }
 
 #[tokio::test]

@@ -3,51 +3,27 @@
 //! conditional-decode miss — and sends it on every later leg; and with real per-role routers
 //! running the rollout screener, no request ever mixes revisions.
 
-use axum::extract::State;
+mod support;
+
 use axum::response::IntoResponse;
-use axum::routing::post;
-use bytes::Bytes;
-use http::HeaderMap;
-use pdgate::fleet;
-use pdgate_scheduler::{Endpoint, DEFAULT_CONFIG_YAML};
+use pdgate_scheduler::Endpoint;
 use pdgate_server::app::PhaseRouters;
-use pdgate_sim::{spawn_fleet, SimConfig, WorkerSpec};
-use serde_json::{json, Value};
+use serde_json::json;
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use support::{
+    endpoints, fake_engine, router, screened_config, send, sim_config, sim_workers, url,
+    FakeEngine, Recorded,
+};
 
-/// Headers of every request a fake router received.
-type Seen = Arc<Mutex<Vec<HeaderMap>>>;
-
-/// A fake per-role router: records each request's headers and answers with `reply(headers)`.
-async fn fake_router(reply: fn(&HeaderMap) -> axum::response::Response) -> (String, Seen) {
-    let seen: Seen = Arc::default();
-    let app = axum::Router::new()
-        .route(
-            "/v1/completions",
-            post(
-                move |State(seen): State<Seen>, h: HeaderMap, _b: Bytes| async move {
-                    let r = reply(&h);
-                    seen.lock().unwrap().push(h);
-                    r
-                },
-            ),
-        )
-        .with_state(seen.clone());
-    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = l.local_addr().unwrap().to_string();
-    tokio::spawn(async move { axum::serve(l, app).await.unwrap() });
-    (addr, seen)
-}
-
-fn prefill_reply(_: &HeaderMap) -> axum::response::Response {
+fn prefill_reply(_: &Recorded) -> axum::response::Response {
     axum::Json(json!({"kv_transfer_params": {"remote_engine_id": "p", "remote_block_ids": [1]}}))
         .into_response()
 }
 
 /// The decode router: 412 on the probe, stamped `revision-b`; 200 otherwise.
-fn decode_reply_with_revision(h: &HeaderMap) -> axum::response::Response {
-    if h.contains_key("prefer") {
+fn decode_reply_with_revision(r: &Recorded) -> axum::response::Response {
+    if r.headers.contains_key("prefer") {
         return (
             http::StatusCode::PRECONDITION_FAILED,
             [("x-llm-d-disagg-revision", "revision-b")],
@@ -59,33 +35,35 @@ fn decode_reply_with_revision(h: &HeaderMap) -> axum::response::Response {
 }
 
 /// The same without stamping the 412.
-fn decode_reply_without_revision(h: &HeaderMap) -> axum::response::Response {
-    if h.contains_key("prefer") {
+fn decode_reply_without_revision(r: &Recorded) -> axum::response::Response {
+    if r.headers.contains_key("prefer") {
         return (http::StatusCode::PRECONDITION_FAILED, "{}").into_response();
     }
     axum::Json(json!({"choices": []})).into_response()
 }
 
+/// A fake per-role router on `/v1/completions`, answering with `reply`.
+async fn fake_router(
+    reply: impl Fn(&Recorded) -> axum::response::Response + Send + Sync + 'static,
+) -> FakeEngine {
+    fake_engine("/v1/completions", reply).await
+}
+
+/// A coordinator with conditional decode in front of `prefill` and `decode` routers.
 async fn coordinator(prefill: &str, decode: &str) -> pdgate_server::ServerHandle {
-    let routers = PhaseRouters::new(prefill, decode, true);
-    fleet::router_with(Vec::new(), DEFAULT_CONFIG_YAML, |o| {
-        o.routers = Some(routers)
-    })
-    .await
-    .unwrap()
+    support::coordinator(PhaseRouters::new(prefill, decode, true)).await
 }
 
 /// `(x-llm-d-epp-profile, prefer present, x-llm-d-disagg-revision)` of each recorded leg.
-fn legs(seen: &Seen) -> Vec<(String, bool, Option<String>)> {
-    let s = |h: &HeaderMap, n: &str| h.get(n).map(|v| v.to_str().unwrap().to_string());
-    seen.lock()
-        .unwrap()
+fn legs(router: &FakeEngine) -> Vec<(String, bool, Option<String>)> {
+    router
+        .requests()
         .iter()
-        .map(|h| {
+        .map(|r| {
             (
-                s(h, "x-llm-d-epp-profile").unwrap_or_default(),
-                h.contains_key("prefer"),
-                s(h, "x-llm-d-disagg-revision"),
+                r.header("x-llm-d-epp-profile").unwrap_or_default(),
+                r.headers.contains_key("prefer"),
+                r.header("x-llm-d-disagg-revision"),
             )
         })
         .collect()
@@ -96,70 +74,46 @@ async fn the_412s_revision_reaches_prefill_and_decode_and_a_bare_412_constrains_
     let body = json!({"model": "m", "prompt": "hello", "max_tokens": 3});
     for (reply, want) in [
         (
-            decode_reply_with_revision as fn(&HeaderMap) -> _,
+            decode_reply_with_revision as fn(&Recorded) -> _,
             Some("revision-b".to_string()),
         ),
         (decode_reply_without_revision, None),
     ] {
-        let (p_addr, p_seen) = fake_router(prefill_reply).await;
-        let (d_addr, d_seen) = fake_router(reply).await;
-        let c = coordinator(&p_addr, &d_addr).await;
-        let r = reqwest::Client::new()
-            .post(format!("http://{}/v1/completions", c.addr))
-            // A client's own copy is discarded: it must never reach a router.
-            .header("x-llm-d-disagg-revision", "forged")
-            .json(&body)
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(r.status(), 200);
+        let p = fake_router(prefill_reply).await;
+        let d = fake_router(reply).await;
+        let c = coordinator(&p.addr, &d.addr).await;
+        // A client's own copy is discarded: it must never reach a router.
+        let forged = [("x-llm-d-disagg-revision", "forged")];
+        let r = send(&url(&c), &forged, &body).await;
+        assert_eq!(r.status, 200);
         assert_eq!(
-            legs(&d_seen),
+            legs(&d),
             [
                 ("decode".to_string(), true, None),
                 ("decode".to_string(), false, want.clone()),
             ]
         );
-        assert_eq!(legs(&p_seen), [("prefill".to_string(), false, want)]);
+        assert_eq!(legs(&p), [("prefill".to_string(), false, want)]);
         // Every leg carried the request's decision id, the same on all of them.
-        let ids: Vec<_> = d_seen
-            .lock()
-            .unwrap()
+        let ids: Vec<_> = d
+            .requests()
             .iter()
-            .chain(p_seen.lock().unwrap().iter())
-            .map(|h| h["x-llm-d-revision-decision-id"].clone())
+            .chain(p.requests().iter())
+            .map(|r| r.headers["x-llm-d-revision-decision-id"].clone())
             .collect();
         assert_eq!(ids.len(), 3);
         assert!(ids.iter().all(|i| *i == ids[0]), "{ids:?}");
     }
 }
 
-const SCREENER: &str = "- type: disaggregatedset-rollout-screener\n";
-
-/// A worker of `revision` in role `role`, labelled for the rollout screener.
-fn member(revision: &str, role: &str, i: usize) -> WorkerSpec {
-    let labels = BTreeMap::from([
-        ("llm-d.ai/role".to_string(), role.to_string()),
-        (
-            "disaggregatedset.x-k8s.io/role".to_string(),
-            role.to_string(),
-        ),
-        (
-            "disaggregatedset.x-k8s.io/revision".to_string(),
-            revision.to_string(),
-        ),
-    ]);
-    WorkerSpec {
-        name: format!("{revision}-{role}-{i}"),
-        role: role.to_string(),
-        revision: Some(revision.to_string()),
-        labels,
-    }
+/// A worker `{revision}-{role}-{i}` of the disaggregated set, labelled for the screener.
+fn member(revision: &str, role: &str, i: usize) -> pdgate_sim::WorkerSpec {
+    support::member(&format!("{revision}-{role}-{i}"), revision, role)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn routers_with_the_rollout_screener_never_mix_revisions() {
-    let specs: Vec<WorkerSpec> = ["a", "b"]
+    let specs: Vec<_> = ["a", "b"]
         .iter()
         .flat_map(|r| {
             [
@@ -169,23 +123,11 @@ async fn routers_with_the_rollout_screener_never_mix_revisions() {
             ]
         })
         .collect();
-    let sim = SimConfig {
-        speedup: 50.0,
-        ..SimConfig::default()
-    };
-    let workers = spawn_fleet(specs.clone(), sim, "127.0.0.1", 0)
-        .await
-        .unwrap();
-    let endpoints: Vec<Endpoint> = specs
-        .iter()
-        .zip(&workers)
-        .map(|(s, w)| Endpoint::new(s.name.clone(), w.addr().to_string(), s.labels.clone()))
-        .collect();
-    let yaml = DEFAULT_CONFIG_YAML.replacen("\nplugins:\n", &format!("\nplugins:\n{SCREENER}"), 1);
-    let prefill_router = fleet::router_with(endpoints.clone(), &yaml, |_| {})
-        .await
-        .unwrap();
-    let decode_router = fleet::router_with(endpoints, &yaml, |_| {}).await.unwrap();
+    let workers = sim_workers(specs, sim_config(50.0)).await;
+    let endpoints = endpoints(&workers);
+    let yaml = screened_config();
+    let prefill_router = router(endpoints.clone(), &yaml).await;
+    let decode_router = router(endpoints, &yaml).await;
     let c = coordinator(
         &prefill_router.addr.to_string(),
         &decode_router.addr.to_string(),
@@ -238,12 +180,7 @@ async fn routers_with_the_rollout_screener_never_mix_revisions() {
         0
     );
     // The screener's shares are exported: A{P1,D2} and B{P1,D2} → 0.5 each (max-role).
-    let m = reqwest::get(format!("http://{}/metrics", decode_router.addr))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let m = support::metrics(&support::url(&decode_router)).await;
     for rev in ["a", "b"] {
         assert!(
             m.contains(&format!("pdgate_revision_share{{revision=\"{rev}\"}} 0.5")),
@@ -254,20 +191,13 @@ async fn routers_with_the_rollout_screener_never_mix_revisions() {
 
 #[tokio::test]
 async fn no_endpoint_snapshot_and_an_uncovered_strict_revision_are_503_with_a_reason() {
-    let yaml = DEFAULT_CONFIG_YAML.replacen("\nplugins:\n", &format!("\nplugins:\n{SCREENER}"), 1);
-    let client = reqwest::Client::new();
+    let yaml = screened_config();
     let body = json!({"model": "m", "prompt": "hi", "max_tokens": 1});
     // No endpoints known yet (an empty list): fail closed.
-    let empty = fleet::router_with(Vec::new(), &yaml, |_| {}).await.unwrap();
-    let r = client
-        .post(format!("http://{}/v1/completions", empty.addr))
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 503);
-    let v: Value = r.json().await.unwrap();
-    assert_eq!(v["error"]["message"], "no schedulable endpoints");
+    let empty = router(Vec::new(), &yaml).await;
+    let r = send(&url(&empty), &[], &body).await;
+    assert_eq!(r.status, 503);
+    assert_eq!(r.body["error"]["message"], "no schedulable endpoints");
     // Revision a covered, b has no prefill: a strict header naming b → 503 naming it.
     let eps: Vec<Endpoint> = [("a", "prefill"), ("a", "decode"), ("b", "decode")]
         .iter()
@@ -277,65 +207,52 @@ async fn no_endpoint_snapshot_and_an_uncovered_strict_revision_are_503_with_a_re
             Endpoint::new(s.name, format!("127.0.0.1:{}", 9 + i), s.labels)
         })
         .collect();
-    let router = fleet::router_with(eps, &yaml, |_| {}).await.unwrap();
-    let r = client
-        .post(format!("http://{}/v1/completions", router.addr))
-        .header("x-llm-d-epp-profile", "decode")
-        .header("x-llm-d-disagg-revision", "b")
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 503);
-    let v: Value = r.json().await.unwrap();
+    let strict_router = router(eps, &yaml).await;
+    let router = url(&strict_router);
+    let strict = [
+        ("x-llm-d-epp-profile", "decode"),
+        ("x-llm-d-disagg-revision", "b"),
+    ];
+    let r = send(&router, &strict, &body).await;
+    assert_eq!(r.status, 503);
     assert_eq!(
-        v["error"]["message"],
+        r.body["error"]["message"],
         "strict revision `b` (header x-llm-d-disagg-revision) is not covered"
     );
     // Without a profile header the router is the client's coordinator: the client's own
     // copy is discarded, so the request is screened normally (then fails upstream: these
     // endpoints do not listen — what matters is that it was not refused as strict).
-    let r = client
-        .post(format!("http://{}/v1/completions", router.addr))
-        .header("x-llm-d-disagg-revision", "b")
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 502);
-    assert_eq!(r.headers()["x-pdgate-decode-revision"], "a");
+    let r = send(&router, &strict[1..], &body).await;
+    assert_eq!(r.status, 502);
+    assert_eq!(r.headers["x-pdgate-decode-revision"], "a");
 }
 
-static PREFILL_CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-
 /// A prefill router still on the old endpoint list: 503 once, then 200.
-fn prefill_catching_up(h: &HeaderMap) -> axum::response::Response {
-    if PREFILL_CALLS.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0 {
-        return (
-            http::StatusCode::SERVICE_UNAVAILABLE,
-            "{\"error\":{\"message\":\"strict revision `b` (header x-llm-d-disagg-revision) is not covered\",\"type\":\"service_unavailable\",\"code\":503}}",
-        )
-            .into_response();
+fn prefill_catching_up() -> impl Fn(&Recorded) -> axum::response::Response {
+    let calls = AtomicUsize::new(0);
+    move |r: &Recorded| {
+        if calls.fetch_add(1, Ordering::SeqCst) == 0 {
+            return (
+                http::StatusCode::SERVICE_UNAVAILABLE,
+                "{\"error\":{\"message\":\"strict revision `b` (header x-llm-d-disagg-revision) is not covered\",\"type\":\"service_unavailable\",\"code\":503}}",
+            )
+                .into_response();
+        }
+        prefill_reply(r)
     }
-    prefill_reply(h)
 }
 
 #[tokio::test]
 async fn a_router_503_on_the_prefill_leg_is_sent_once_more_with_the_same_revision() {
     // Routers apply endpoint changes independently: right after a change the prefill router
     // may refuse the revision the decode router chose. The coordinator waits and resends.
-    let (p_addr, p_seen) = fake_router(prefill_catching_up).await;
-    let (d_addr, _) = fake_router(decode_reply_with_revision).await;
-    let c = coordinator(&p_addr, &d_addr).await;
-    let r = reqwest::Client::new()
-        .post(format!("http://{}/v1/completions", c.addr))
-        .json(&json!({"model": "m", "prompt": "hello", "max_tokens": 3}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200);
+    let p = fake_router(prefill_catching_up()).await;
+    let d = fake_router(decode_reply_with_revision).await;
+    let c = coordinator(&p.addr, &d.addr).await;
+    let body = json!({"model": "m", "prompt": "hello", "max_tokens": 3});
+    assert_eq!(send(&url(&c), &[], &body).await.status, 200);
     assert_eq!(
-        legs(&p_seen),
+        legs(&p),
         [
             ("prefill".to_string(), false, Some("revision-b".to_string())),
             ("prefill".to_string(), false, Some("revision-b".to_string())),

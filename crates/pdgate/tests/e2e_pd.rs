@@ -2,41 +2,14 @@
 //! the decode leg, the simulator refusing KV from another revision, and bookings released
 //! when a client disconnects mid-stream.
 
-use axum::extract::State;
-use axum::routing::post;
-use bytes::Bytes;
+mod support;
+
 use futures_util::StreamExt;
-use http::HeaderMap;
-use pdgate::fleet::{self, FleetSpec};
+use pdgate_scenario::fleet::{self, FleetSpec};
 use pdgate_scheduler::{Endpoint, DEFAULT_CONFIG_YAML};
 use serde_json::{json, Value};
-use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
-
-type Seen = Arc<Mutex<Vec<(HeaderMap, Value)>>>;
-
-/// A fake engine that records every request and answers with `reply`.
-async fn recorder(reply: fn() -> axum::response::Response) -> (String, Seen) {
-    let seen: Seen = Arc::default();
-    let app = axum::Router::new()
-        .route(
-            "/v1/completions",
-            post(
-                move |State(seen): State<Seen>, headers: HeaderMap, body: Bytes| async move {
-                    seen.lock()
-                        .unwrap()
-                        .push((headers, serde_json::from_slice(&body).unwrap()));
-                    reply()
-                },
-            ),
-        )
-        .with_state(seen.clone());
-    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = l.local_addr().unwrap().to_string();
-    tokio::spawn(async move { axum::serve(l, app).await.unwrap() });
-    (addr, seen)
-}
+use support::{endpoints, fake_engine, labels, sim_config, sim_workers, spec, wait_until};
 
 fn prefill_reply() -> axum::response::Response {
     use axum::response::IntoResponse;
@@ -56,27 +29,17 @@ fn decode_reply() -> axum::response::Response {
         .unwrap()
 }
 
-fn labels(role: &str, revision: Option<&str>) -> BTreeMap<String, String> {
-    let mut l = BTreeMap::from([(pdgate_api::labels::ROLE.to_string(), role.to_string())]);
-    if let Some(r) = revision {
-        l.insert(pdgate_api::labels::DS_REVISION.to_string(), r.to_string());
-    }
-    l
-}
-
 async fn router(endpoints: Vec<Endpoint>) -> pdgate_server::ServerHandle {
-    fleet::router_with(endpoints, DEFAULT_CONFIG_YAML, |_| {})
-        .await
-        .unwrap()
+    support::router(endpoints, DEFAULT_CONFIG_YAML).await
 }
 
 #[tokio::test]
 async fn prefill_leg_body_and_verbatim_handoff_to_decode() {
-    let (p_addr, p_seen) = recorder(prefill_reply).await;
-    let (d_addr, d_seen) = recorder(decode_reply).await;
+    let p_engine = fake_engine("/v1/completions", |_| prefill_reply()).await;
+    let d_engine = fake_engine("/v1/completions", |_| decode_reply()).await;
     let r = router(vec![
-        Endpoint::new("p0", p_addr, labels("prefill", None)),
-        Endpoint::new("d0", d_addr, labels("decode", None)),
+        Endpoint::new("p0", p_engine.addr.clone(), labels("prefill", None)),
+        Endpoint::new("d0", d_engine.addr.clone(), labels("decode", None)),
     ])
     .await;
     let prompt: Vec<u32> = (0..200).collect();
@@ -102,22 +65,22 @@ async fn prefill_leg_body_and_verbatim_handoff_to_decode() {
         "data: {\"choices\":[{\"text\":\" a\"}]}\n\ndata: [DONE]\n\n"
     );
 
-    let p = p_seen.lock().unwrap();
+    let p = p_engine.requests();
     assert_eq!(p.len(), 1);
     assert_eq!(
-        p[0].1,
+        p[0].json(),
         json!({"model":"m","prompt":prompt,"stream":false,"max_tokens":1,"temperature":0.3,
             "kv_transfer_params":{"do_remote_decode":true,"do_remote_prefill":false,"remote_engine_id":null,
                 "remote_block_ids":null,"remote_host":null,"remote_port":null}})
     );
-    let d = d_seen.lock().unwrap();
+    let d = d_engine.requests();
     assert_eq!(d.len(), 1);
     let mut expected_decode = client_body.clone();
     expected_decode["kv_transfer_params"] = prefill_reply_params();
-    assert_eq!(d[0].1, expected_decode);
-    for (headers, _) in [&p[0], &d[0]] {
-        assert_eq!(headers["x-request-id"], "req-1");
-        assert!(headers.get("x-llm-d-revision-decision-id").is_none());
+    assert_eq!(d[0].json(), expected_decode);
+    for seen in [&p[0], &d[0]] {
+        assert_eq!(seen.headers["x-request-id"], "req-1");
+        assert!(seen.headers.get("x-llm-d-revision-decision-id").is_none());
     }
     assert_eq!(r.state.in_flight_total(), 0);
 }
@@ -133,31 +96,11 @@ async fn simulator_refuses_kv_from_another_revision_and_the_client_sees_why() {
     // No rollout screener yet: a fleet mixing revisions lets the router pair rev-a prefill
     // with rev-b decode, and the simulator must make that mistake visible.
     let specs = vec![
-        pdgate_sim::WorkerSpec {
-            name: "prefill-a".into(),
-            role: "prefill".into(),
-            revision: Some("rev-a".into()),
-            labels: labels("prefill", Some("rev-a")),
-        },
-        pdgate_sim::WorkerSpec {
-            name: "decode-b".into(),
-            role: "decode".into(),
-            revision: Some("rev-b".into()),
-            labels: labels("decode", Some("rev-b")),
-        },
+        spec("prefill-a", "prefill", Some("rev-a")),
+        spec("decode-b", "decode", Some("rev-b")),
     ];
-    let cfg = pdgate_sim::SimConfig {
-        speedup: 100.0,
-        ..Default::default()
-    };
-    let workers = pdgate_sim::spawn_fleet(specs.clone(), cfg, "127.0.0.1", 0)
-        .await
-        .unwrap();
-    let eps = specs
-        .iter()
-        .zip(&workers)
-        .map(|(s, w)| Endpoint::new(s.name.clone(), w.addr().to_string(), s.labels.clone()))
-        .collect();
+    let workers = sim_workers(specs, sim_config(100.0)).await;
+    let eps = endpoints(&workers);
     let r = router(eps).await;
     let prompt: Vec<u32> = (1000..1300).collect();
     let resp = reqwest::Client::new()
@@ -196,10 +139,9 @@ async fn in_flight_counts_return_to_zero_after_a_client_disconnects_mid_stream()
         "the decode booking is held while streaming"
     );
     drop(stream);
-    let mut waited = 0;
-    while f.in_flight() != 0 && waited < 300 {
-        tokio::time::sleep(Duration::from_millis(10)).await;
-        waited += 1;
-    }
+    wait_until(Duration::from_secs(3), "bookings released", || {
+        f.in_flight() == 0
+    })
+    .await;
     assert_eq!(f.in_flight(), 0, "booking released after disconnect");
 }

@@ -1,37 +1,22 @@
 //! Pins are per phase (design.md §5.3, issue 5): the seed's bug was a 500 when a client
 //! pinned only the decode worker, because the prefill hop looked it up in the prefill pool.
 
-use pdgate::fleet::{self, FleetSpec};
+mod support;
+
+use pdgate_scenario::fleet::{self, FleetSpec};
 use pdgate_scheduler::DEFAULT_CONFIG_YAML;
 use serde_json::{json, Value};
 use std::collections::BTreeSet;
 
+/// Status, served-by headers and the body of a completions request.
 async fn send(url: &str, headers: &[(&str, &str)], body: &Value) -> (u16, [String; 3], Value) {
-    let mut r = reqwest::Client::new()
-        .post(format!("{url}/v1/completions"))
-        .json(body);
-    for (k, v) in headers {
-        r = r.header(*k, *v);
-    }
-    let r = r.send().await.unwrap();
-    let h = |n: &str| {
-        r.headers()
-            .get(n)
-            .map(|v| v.to_str().unwrap().to_string())
-            .unwrap_or_default()
-    };
-    let served = [
-        h("x-pdgate-pd-mode"),
-        h("x-pdgate-prefill-endpoint"),
-        h("x-pdgate-decode-endpoint"),
-    ];
-    let status = r.status().as_u16();
-    (status, served, r.json().await.unwrap_or(Value::Null))
+    let r = support::send(url, headers, body).await;
+    (r.status, r.served(), r.body)
 }
 
 fn body(first: u32) -> Value {
     // 64 fresh tokens: always split out (≥ 16 uncached).
-    json!({"model": "pdgate-sim", "prompt": (first..first + 64).collect::<Vec<u32>>(), "max_tokens": 2})
+    support::body(first, 64, 2)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -154,12 +139,7 @@ async fn bad_pins_are_400_naming_the_header_and_count_as_rejections() {
         let v: Value = r.json().await.unwrap();
         assert_eq!(v["error"]["message"], want);
     }
-    let m = reqwest::get(format!("{}/metrics", f.url()))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let m = support::metrics(&f.url()).await;
     assert!(
         m.contains("pdgate_pin_rejections_total{reason=\"unknown_endpoint\"} 1"),
         "{m}"

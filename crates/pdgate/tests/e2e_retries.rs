@@ -2,59 +2,28 @@
 //! failing decode endpoint is retried on another one of the same revision; a pinned decode
 //! is not; a failed prefill sends no decode; a 4xx passes through and never trips a breaker.
 
-use pdgate::fleet;
-use pdgate_scheduler::{Endpoint, DEFAULT_CONFIG_YAML};
-use pdgate_sim::{spawn_worker, SimConfig, WorkerHandle, WorkerSpec};
-use serde_json::{json, Value};
-use std::collections::BTreeMap;
+mod support;
+
+use pdgate_scheduler::DEFAULT_CONFIG_YAML;
+use pdgate_sim::{SimConfig, WorkerHandle};
+use serde_json::Value;
+use support::{endpoints, router, sim_worker, spec};
 
 /// A worker of `role` whose every request fails with `error` (status) when given.
 async fn worker(name: &str, role: &str, error: Option<u16>) -> WorkerHandle {
-    let labels = BTreeMap::from([("llm-d.ai/role".to_string(), role.to_string())]);
-    let spec = WorkerSpec {
-        name: name.into(),
-        role: role.into(),
-        revision: None,
-        labels,
-    };
     let cfg = SimConfig {
         speedup: 50.0,
         error_rate: if error.is_some() { 1.0 } else { 0.0 },
         error_status: error.unwrap_or(503),
         ..SimConfig::default()
     };
-    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    spawn_worker(spec, cfg, l).await.unwrap()
+    sim_worker(spec(name, role, None), cfg).await
 }
 
-fn endpoints(ws: &[&WorkerHandle]) -> Vec<Endpoint> {
-    ws.iter()
-        .map(|w| Endpoint::new(w.name(), w.addr().to_string(), w.spec().labels.clone()))
-        .collect()
-}
-
+/// Status, decode endpoint and body of a 64-token request starting at token `first`.
 async fn send(url: &str, headers: &[(&str, &str)], first: u32) -> (u16, String, Value) {
-    let mut r = reqwest::Client::new()
-        .post(format!("{url}/v1/completions"))
-        .json(&json!({
-            "model": "pdgate-sim",
-            "prompt": (first..first + 64).collect::<Vec<u32>>(),
-            "max_tokens": 2,
-        }));
-    for (k, v) in headers {
-        r = r.header(*k, *v);
-    }
-    let r = r.send().await.unwrap();
-    let decode = r
-        .headers()
-        .get("x-pdgate-decode-endpoint")
-        .map(|v| v.to_str().unwrap().to_string())
-        .unwrap_or_default();
-    (
-        r.status().as_u16(),
-        decode,
-        r.json().await.unwrap_or(Value::Null),
-    )
+    let r = support::send(url, headers, &support::body(first, 64, 2)).await;
+    (r.status, r.header("x-pdgate-decode-endpoint"), r.body)
 }
 
 fn requests(w: &WorkerHandle) -> u64 {
@@ -63,15 +32,7 @@ fn requests(w: &WorkerHandle) -> u64 {
 }
 
 async fn metric(url: &str, series: &str) -> u64 {
-    let text = reqwest::get(format!("{url}/metrics"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    text.lines()
-        .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
-        .unwrap_or(0)
+    support::metric(&support::metrics(url).await, series)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -79,10 +40,8 @@ async fn a_failing_decode_is_retried_elsewhere_unless_pinned() {
     let p = worker("prefill-0", "prefill", None).await;
     let bad = worker("decode-bad", "decode", Some(503)).await;
     let good = worker("decode-good", "decode", None).await;
-    let r = fleet::router_with(endpoints(&[&p, &bad, &good]), DEFAULT_CONFIG_YAML, |_| {})
-        .await
-        .unwrap();
-    let url = format!("http://{}", r.addr);
+    let r = router(endpoints([&p, &bad, &good]), DEFAULT_CONFIG_YAML).await;
+    let url = support::url(&r);
     // Every request succeeds on the good decode endpoint, whatever was picked first.
     for i in 0..10 {
         let (status, decode, v) = send(&url, &[], i * 100).await;
@@ -116,10 +75,8 @@ async fn a_failed_prefill_sends_no_decode_and_a_4xx_passes_through_untouched() {
     // is: the prefill policy then runs the request aggregated, see e2e_request_ctx.rs).
     let p = worker("prefill-0", "prefill", Some(500)).await;
     let d = worker("decode-0", "decode", None).await;
-    let r = fleet::router_with(endpoints(&[&p, &d]), DEFAULT_CONFIG_YAML, |_| {})
-        .await
-        .unwrap();
-    let url = format!("http://{}", r.addr);
+    let r = router(endpoints([&p, &d]), DEFAULT_CONFIG_YAML).await;
+    let url = support::url(&r);
     let (status, _, v) = send(&url, &[], 0).await;
     assert_eq!(status, 502, "{v}");
     assert!(
@@ -131,25 +88,18 @@ async fn a_failed_prefill_sends_no_decode_and_a_4xx_passes_through_untouched() {
     );
     assert_eq!(requests(&d), 0, "no decode leg after a failed prefill");
     // The answer names the prefill that failed, and no decode or P/D mode.
-    let r2 = reqwest::Client::new()
-        .post(format!("{url}/v1/completions"))
-        .json(&json!({"model": "pdgate-sim", "prompt": (0..64).collect::<Vec<u32>>(), "max_tokens": 2}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r2.headers()["x-pdgate-prefill-endpoint"], "prefill-0");
-    assert!(r2.headers().get("x-pdgate-decode-endpoint").is_none());
-    assert!(r2.headers().get("x-pdgate-pd-mode").is_none());
+    let r2 = support::send(&url, &[], &support::body(0, 64, 2)).await;
+    assert_eq!(r2.headers["x-pdgate-prefill-endpoint"], "prefill-0");
+    assert!(r2.headers.get("x-pdgate-decode-endpoint").is_none());
+    assert!(r2.headers.get("x-pdgate-pd-mode").is_none());
 
     // A decode endpoint answering 409 (a client-side fault): passed through, never retried,
     // and its breaker stays closed after many of them.
     let p = worker("prefill-1", "prefill", None).await;
     let d409 = worker("decode-409", "decode", Some(409)).await;
     let d_ok = worker("decode-ok", "decode", None).await;
-    let r = fleet::router_with(endpoints(&[&p, &d409, &d_ok]), DEFAULT_CONFIG_YAML, |_| {})
-        .await
-        .unwrap();
-    let url = format!("http://{}", r.addr);
+    let r = router(endpoints([&p, &d409, &d_ok]), DEFAULT_CONFIG_YAML).await;
+    let url = support::url(&r);
     for i in 0..8 {
         let (status, _, _) = send(&url, &[("x-worker-instance-id", "decode-409")], i * 100).await;
         assert_eq!(status, 409);
@@ -174,14 +124,8 @@ async fn sessions_bind_to_the_endpoint_that_served_and_a_502_names_the_last_one_
     let bad = worker("decode-bad", "decode", Some(503)).await;
     let g1 = worker("decode-g1", "decode", None).await;
     let g2 = worker("decode-g2", "decode", None).await;
-    let r = fleet::router_with(
-        endpoints(&[&p, &bad, &g1, &g2]),
-        DEFAULT_CONFIG_YAML,
-        |_| {},
-    )
-    .await
-    .unwrap();
-    let url = format!("http://{}", r.addr);
+    let r = router(endpoints([&p, &bad, &g1, &g2]), DEFAULT_CONFIG_YAML).await;
+    let url = support::url(&r);
     for s in 0..6 {
         let session = format!("s{s}");
         let h = [("x-session-id", session.as_str())];
@@ -199,12 +143,10 @@ async fn sessions_bind_to_the_endpoint_that_served_and_a_502_names_the_last_one_
         worker("decode-y", "decode", Some(503)).await,
         worker("decode-z", "decode", Some(503)).await,
     ];
-    let mut eps = endpoints(&[&p]);
-    eps.extend(endpoints(&all_bad.iter().collect::<Vec<_>>()));
-    let r = fleet::router_with(eps, DEFAULT_CONFIG_YAML, |_| {})
-        .await
-        .unwrap();
-    let url = format!("http://{}", r.addr);
+    let mut eps = endpoints([&p]);
+    eps.extend(endpoints(&all_bad));
+    let r = router(eps, DEFAULT_CONFIG_YAML).await;
+    let url = support::url(&r);
     let (status, decode, v) = send(&url, &[], 1).await;
     assert_eq!(status, 502);
     assert!(

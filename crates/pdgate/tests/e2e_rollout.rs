@@ -3,10 +3,10 @@
 //! `disaggregatedset-rollout-screener` (max-role), both reading one endpoints file that the
 //! scenario rewrites at each step — in front of 16 simulators (revisions a and b, 2 prefill +
 //! 6 decode each); all in-process on 127.0.0.1:0. The scenario lives in
-//! `pdgate::rollout` (shared with `pdgate demo --rollout`); see `rollout::report` for how
+//! `pdgate_scenario::rollout` (shared with `pdgate demo --rollout`); see `rollout::report` for how
 //! requests are attributed to steps.
 
-use pdgate::rollout::{self, RolloutConfig};
+use pdgate_scenario::rollout::{self, RolloutConfig};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rollout_keeps_both_phases_on_one_revision_and_follows_max_role_shares() {

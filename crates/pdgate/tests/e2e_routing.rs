@@ -2,14 +2,19 @@
 //! `/v1/models` follows the endpoints file, unknown routes get OpenAI error bodies, and a
 //! request abandoned before its response head is counted as 499.
 
-use pdgate_scheduler::{Scheduler, DEFAULT_CONFIG_YAML};
+mod support;
+
+use pdgate_scenario::fleet::{self, FleetSpec};
+use pdgate_scheduler::{Endpoint, Scheduler, DEFAULT_CONFIG_YAML};
 use pdgate_server::{serve_on, EndpointSource, ServeOptions};
-use pdgate_sim::{spawn_worker, SimConfig, WorkerHandle, WorkerSpec};
+use pdgate_sim::{SimConfig, WorkerHandle, WorkerSpec};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
+use support::{endpoints_yaml, router, sim_worker, wait_until};
 
+/// A decode worker without labels serving `model`, answering after `slow_start_ms`.
 async fn worker(name: &str, model: &str, slow_start_ms: u64) -> WorkerHandle {
     let spec = WorkerSpec {
         name: name.into(),
@@ -23,31 +28,10 @@ async fn worker(name: &str, model: &str, slow_start_ms: u64) -> WorkerHandle {
         slow_start: Duration::from_millis(slow_start_ms),
         ..SimConfig::default()
     };
-    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    spawn_worker(spec, cfg, l).await.unwrap()
+    sim_worker(spec, cfg).await
 }
 
-fn endpoints_yaml(workers: &[&WorkerHandle]) -> String {
-    let mut s = String::from("endpoints:\n");
-    for w in workers {
-        s += &format!(
-            "- name: {}\n  address: {}\n  labels: {{llm-d.ai/role: decode}}\n",
-            w.name(),
-            w.addr()
-        );
-    }
-    s
-}
-
-async fn wait_until(mut f: impl FnMut() -> bool) {
-    for _ in 0..300 {
-        if f() {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    panic!("condition not reached within 3 s");
-}
+const WAIT: Duration = Duration::from_secs(3);
 
 async fn models(url: &str) -> Vec<String> {
     let v: Value = reqwest::get(format!("{url}/v1/models"))
@@ -71,7 +55,7 @@ async fn requests_reach_only_endpoints_serving_their_model_and_models_follow_the
     let dir = std::env::temp_dir().join(format!("pdgate-routing-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let file = dir.join("endpoints.yaml");
-    std::fs::write(&file, endpoints_yaml(&[&a, &b])).unwrap();
+    std::fs::write(&file, endpoints_yaml([&a, &b])).unwrap();
 
     let s = Scheduler::from_yaml(DEFAULT_CONFIG_YAML, "default").unwrap();
     let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -84,9 +68,9 @@ async fn requests_reach_only_endpoints_serving_their_model_and_models_follow_the
     );
     opts.scrape_interval = Duration::from_millis(30);
     let router = serve_on(l, opts).await.unwrap();
-    let url = format!("http://{}", router.addr);
+    let url = support::url(&router);
     let state = router.state.clone();
-    wait_until(|| state.fleet_models().len() == 2).await;
+    wait_until(WAIT, "2 models", || state.fleet_models().len() == 2).await;
     assert_eq!(models(&url).await, ["model-a", "model-b"]);
 
     let client = reqwest::Client::new();
@@ -104,8 +88,8 @@ async fn requests_reach_only_endpoints_serving_their_model_and_models_follow_the
     }
 
     // Drop serves-b from the file: its model disappears from /v1/models and becomes a 404.
-    std::fs::write(&file, endpoints_yaml(&[&a])).unwrap();
-    wait_until(|| state.fleet_models().len() == 1).await;
+    std::fs::write(&file, endpoints_yaml([&a])).unwrap();
+    wait_until(WAIT, "1 model", || state.fleet_models().len() == 1).await;
     assert_eq!(models(&url).await, ["model-a"]);
     let r = client
         .post(format!("{url}/v1/completions"))
@@ -120,15 +104,9 @@ async fn requests_reach_only_endpoints_serving_their_model_and_models_follow_the
 #[tokio::test]
 async fn unknown_routes_and_methods_get_openai_error_bodies() {
     let a = worker("w", "m", 0).await;
-    let eps = vec![pdgate_scheduler::Endpoint::new(
-        "w",
-        a.addr().to_string(),
-        BTreeMap::new(),
-    )];
-    let router = pdgate::fleet::router_with(eps, DEFAULT_CONFIG_YAML, |_| {})
-        .await
-        .unwrap();
-    let url = format!("http://{}", router.addr);
+    let eps = vec![Endpoint::new("w", a.addr().to_string(), BTreeMap::new())];
+    let router = router(eps, DEFAULT_CONFIG_YAML).await;
+    let url = support::url(&router);
     let client = reqwest::Client::new();
 
     let r = client
@@ -161,15 +139,13 @@ async fn unknown_routes_and_methods_get_openai_error_bodies() {
 async fn a_request_abandoned_before_its_response_head_is_counted_as_499() {
     // The engine waits 2 s before answering; the client gives up after 200 ms.
     let slow = worker("slow", "m", 2000).await;
-    let eps = vec![pdgate_scheduler::Endpoint::new(
+    let eps = vec![Endpoint::new(
         "slow",
         slow.addr().to_string(),
         BTreeMap::new(),
     )];
-    let router = pdgate::fleet::router_with(eps, DEFAULT_CONFIG_YAML, |_| {})
-        .await
-        .unwrap();
-    let url = format!("http://{}", router.addr);
+    let router = router(eps, DEFAULT_CONFIG_YAML).await;
+    let url = support::url(&router);
     let r = reqwest::Client::new()
         .post(format!("{url}/v1/completions"))
         .timeout(Duration::from_millis(200))
@@ -185,19 +161,16 @@ async fn a_request_abandoned_before_its_response_head_is_counted_as_499() {
             .with_label_values(&["completions", "499"])
             .get()
     };
-    wait_until(|| abandoned() == 1).await;
+    wait_until(WAIT, "one 499", || abandoned() == 1).await;
     let in_flight: u32 = state.in_flight_total();
     assert_eq!(in_flight, 0);
 }
 
 #[tokio::test]
 async fn the_profile_header_selects_the_phase_profile_and_an_unknown_one_is_400() {
-    let f = pdgate::fleet::start(
-        &pdgate::fleet::FleetSpec::new(1, 1, 100.0),
-        DEFAULT_CONFIG_YAML,
-    )
-    .await
-    .unwrap();
+    let f = fleet::start(&FleetSpec::new(1, 1, 100.0), DEFAULT_CONFIG_YAML)
+        .await
+        .unwrap();
     let client = reqwest::Client::new();
     let body =
         json!({"model": "pdgate-sim", "prompt": (0..64).collect::<Vec<u32>>(), "max_tokens": 1});

@@ -1,28 +1,27 @@
 //! Stateful session affinity (`x-session-id`, issue 5 item 4): turns of one session stay on
 //! one endpoint per phase; when that endpoint leaves they move once and stay.
 
-use pdgate::fleet::{self, FleetSpec};
-use pdgate_scheduler::{Endpoint, DEFAULT_CONFIG_YAML};
-use serde_json::json;
+mod support;
 
+use pdgate_scenario::fleet::{self, FleetSpec};
+use pdgate_scheduler::DEFAULT_CONFIG_YAML;
+use support::endpoints;
+
+/// Prefill and decode endpoints of one 64-token turn (unrelated prompts: only the session
+/// keeps turns together, not their prefixes).
 async fn turn(url: &str, session: Option<&str>, first: u32) -> (String, String) {
-    let mut r = reqwest::Client::new()
-        .post(format!("{url}/v1/completions"))
-        .json(&json!({
-            "model": "pdgate-sim",
-            // Unrelated prompts: only the session keeps turns together, not their prefixes.
-            "prompt": (first..first + 64).collect::<Vec<u32>>(),
-            "max_tokens": 2,
-        }));
-    if let Some(s) = session {
-        r = r.header("x-session-id", s);
-    }
-    let r = r.send().await.unwrap();
-    assert_eq!(r.status(), 200);
-    let h = |n: &str| r.headers()[n].to_str().unwrap().to_string();
+    let headers: Vec<_> = session.map(|s| ("x-session-id", s)).into_iter().collect();
+    let r = support::send(url, &headers, &support::body(first, 64, 2)).await;
+    assert_eq!(r.status, 200);
     (
-        h("x-pdgate-prefill-endpoint"),
-        h("x-pdgate-decode-endpoint"),
+        r.headers["x-pdgate-prefill-endpoint"]
+            .to_str()
+            .unwrap()
+            .to_string(),
+        r.headers["x-pdgate-decode-endpoint"]
+            .to_str()
+            .unwrap()
+            .to_string(),
     )
 }
 
@@ -47,12 +46,7 @@ async fn twenty_turns_stay_then_move_once_when_the_endpoint_leaves() {
     }
     assert!(free.len() > 1, "{free:?}");
     // The session's decode endpoint leaves the fleet.
-    let keep: Vec<Endpoint> = f
-        .workers
-        .iter()
-        .filter(|w| w.name() != first.1)
-        .map(|w| Endpoint::new(w.name(), w.addr().to_string(), w.spec().labels.clone()))
-        .collect();
+    let keep = endpoints(f.workers.iter().filter(|w| w.name() != first.1));
     f.router.state.registry.apply(keep);
     let moved = turn(&f.url(), Some("chat-42"), 900_000).await;
     assert_eq!(moved.0, first.0, "prefill binding untouched");

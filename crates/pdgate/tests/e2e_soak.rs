@@ -4,7 +4,7 @@
 //! breaker probe is back to idle.
 
 use futures_util::stream::{self, StreamExt};
-use pdgate::fleet::{self, FleetSpec};
+use pdgate_scenario::fleet::{self, FleetSpec};
 use pdgate_scheduler::DEFAULT_CONFIG_YAML;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;

@@ -2,8 +2,8 @@
 //! the first 500 requests of the Mooncake conversation trace, once with the prefix-aware
 //! default config and once with round-robin, each on a fresh fleet.
 
-use pdgate::fleet::{self, FleetSpec};
 use pdgate_bench::{load_mooncake, mooncake_work, replay, ReplayConfig, Report};
+use pdgate_scenario::fleet::{self, FleetSpec};
 use pdgate_scheduler::{DEFAULT_CONFIG_YAML, ROUND_ROBIN_CONFIG_YAML};
 use std::path::PathBuf;
 

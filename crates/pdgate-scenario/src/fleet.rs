@@ -128,12 +128,18 @@ impl LocalFleet {
     /// Waits (up to 5 s) until the router has scraped every endpoint's model list, so that a first
     /// request is not judged against an empty model set.
     pub async fn wait_for_models(&self) {
-        for _ in 0..500 {
-            let snap = self.router.state.registry.snapshot();
-            if snap.endpoints.iter().all(|e| e.load.models().is_some()) {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
+        wait_for_models(&self.router).await;
+    }
+}
+
+/// Waits (up to 5 s) until `router` has scraped every endpoint's model list; returns either
+/// way (a router whose endpoints never answer is left to fail on its first request).
+pub async fn wait_for_models(router: &ServerHandle) {
+    for _ in 0..500 {
+        let snap = router.state.registry.snapshot();
+        if snap.endpoints.iter().all(|e| e.load.models().is_some()) {
+            return;
         }
+        tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }

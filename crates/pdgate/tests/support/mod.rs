@@ -1,0 +1,328 @@
+//! Shared helpers of the end-to-end tests in `crates/pdgate/tests` (each test file says
+//! `mod support;`): sending a request and reading the answer ([`send`], [`Reply`]), reading
+//! Prometheus text ([`metric`], [`gauge`], [`metrics`]), starting simulator workers
+//! ([`sim_worker`], [`sim_workers`]) and routers ([`router`], [`coordinator`]), a recording
+//! fake engine ([`fake_engine`]), endpoint lists ([`endpoints`], [`endpoints_yaml`]), request
+//! bodies ([`body`]) and a bounded [`wait_until`]. Everything listens on 127.0.0.1, port 0.
+//!
+//! Not every test file uses every helper, hence the module-wide `dead_code` allowance.
+#![allow(dead_code)]
+
+use axum::response::Response;
+use bytes::Bytes;
+use http::HeaderMap;
+use pdgate_scenario::fleet;
+use pdgate_scheduler::{Endpoint, DEFAULT_CONFIG_YAML};
+use pdgate_server::app::PhaseRouters;
+use pdgate_server::ServerHandle;
+use pdgate_sim::{spawn_fleet, spawn_worker, SimConfig, WorkerHandle, WorkerSpec};
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+// ---------------------------------------------------------------------------------------
+// Requests
+
+/// A server's answer: status, headers and the body as JSON (`Null` when it is not JSON).
+#[derive(Debug)]
+pub struct Reply {
+    /// HTTP status.
+    pub status: u16,
+    /// Response headers.
+    pub headers: HeaderMap,
+    /// The body parsed as JSON, `Value::Null` when it is not JSON.
+    pub body: Value,
+}
+
+impl Reply {
+    /// Header `name` as a string, "" when absent.
+    pub fn header(&self, name: &str) -> String {
+        self.headers
+            .get(name)
+            .map(|v| v.to_str().unwrap().to_string())
+            .unwrap_or_default()
+    }
+
+    /// The headers saying who served the request: `[x-pdgate-pd-mode,
+    /// x-pdgate-prefill-endpoint, x-pdgate-decode-endpoint]`, "" for each one absent.
+    pub fn served(&self) -> [String; 3] {
+        [
+            self.header("x-pdgate-pd-mode"),
+            self.header("x-pdgate-prefill-endpoint"),
+            self.header("x-pdgate-decode-endpoint"),
+        ]
+    }
+}
+
+/// POSTs `body` as JSON to `{url}/v1/completions` with the extra `headers`.
+pub async fn send(url: &str, headers: &[(&str, &str)], body: &Value) -> Reply {
+    send_to(
+        url,
+        "/v1/completions",
+        headers,
+        serde_json::to_vec(body).unwrap(),
+    )
+    .await
+}
+
+/// POSTs the raw `body` (`content-type: application/json`) to `{url}{path}` with the extra
+/// `headers`.
+pub async fn send_to(
+    url: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: impl Into<reqwest::Body>,
+) -> Reply {
+    let mut r = reqwest::Client::new()
+        .post(format!("{url}{path}"))
+        .header("content-type", "application/json")
+        .body(body);
+    for (k, v) in headers {
+        r = r.header(*k, *v);
+    }
+    let r = r.send().await.unwrap();
+    let status = r.status().as_u16();
+    let headers = r.headers().clone();
+    let body = r.json().await.unwrap_or(Value::Null);
+    Reply {
+        status,
+        headers,
+        body,
+    }
+}
+
+/// A completions body for model `pdgate-sim`: the `len` token ids `first..first + len` and
+/// `max_tokens`.
+pub fn body(first: u32, len: u32, max_tokens: u32) -> Value {
+    json!({
+        "model": "pdgate-sim",
+        "prompt": (first..first + len).collect::<Vec<u32>>(),
+        "max_tokens": max_tokens,
+    })
+}
+
+/// `http://ADDR` of a router.
+pub fn url(server: &ServerHandle) -> String {
+    format!("http://{}", server.addr)
+}
+
+// ---------------------------------------------------------------------------------------
+// Prometheus text
+
+/// The value of the first sample of `text` whose line starts with `series` (metric name and
+/// labels, exactly as exported) and holds an integer; 0 when there is none.
+pub fn metric(text: &str, series: &str) -> u64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// [`metric`] for a gauge: the first such sample as a float, 0 when there is none.
+pub fn gauge(text: &str, series: &str) -> f64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// The Prometheus text of `{url}/metrics`.
+pub async fn metrics(url: &str) -> String {
+    reqwest::get(format!("{url}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
+}
+
+// ---------------------------------------------------------------------------------------
+// Simulator workers and endpoint lists
+
+/// Labels `llm-d.ai/role = role`, plus `disaggregatedset.x-k8s.io/revision` when given.
+pub fn labels(role: &str, revision: Option<&str>) -> BTreeMap<String, String> {
+    let mut l = BTreeMap::from([(pdgate_api::labels::ROLE.to_string(), role.to_string())]);
+    if let Some(r) = revision {
+        l.insert(pdgate_api::labels::DS_REVISION.to_string(), r.to_string());
+    }
+    l
+}
+
+/// A worker identity `name` of `role` (and `revision`), labeled as [`labels`] says.
+pub fn spec(name: &str, role: &str, revision: Option<&str>) -> WorkerSpec {
+    WorkerSpec {
+        name: name.to_string(),
+        role: role.to_string(),
+        revision: revision.map(str::to_string),
+        labels: labels(role, revision),
+    }
+}
+
+/// A member `name` of a disaggregated set in `revision` and `role`: [`spec`] plus the
+/// `disaggregatedset.x-k8s.io/role` label the rollout screener counts.
+pub fn member(name: &str, revision: &str, role: &str) -> WorkerSpec {
+    let mut s = spec(name, role, Some(revision));
+    s.labels
+        .insert(pdgate_api::labels::DS_ROLE.to_string(), role.to_string());
+    s
+}
+
+/// Simulator settings: the defaults with `speedup`.
+pub fn sim_config(speedup: f64) -> SimConfig {
+    SimConfig {
+        speedup,
+        ..SimConfig::default()
+    }
+}
+
+/// One simulator worker on 127.0.0.1:0.
+pub async fn sim_worker(spec: WorkerSpec, cfg: SimConfig) -> WorkerHandle {
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    spawn_worker(spec, cfg, l).await.unwrap()
+}
+
+/// Simulator workers on 127.0.0.1, each on an ephemeral port, all with `cfg`.
+pub async fn sim_workers(specs: Vec<WorkerSpec>, cfg: SimConfig) -> Vec<WorkerHandle> {
+    spawn_fleet(specs, cfg, "127.0.0.1", 0).await.unwrap()
+}
+
+/// The endpoints of running workers: name, address and the labels of their spec.
+pub fn endpoints<'a>(workers: impl IntoIterator<Item = &'a WorkerHandle>) -> Vec<Endpoint> {
+    workers
+        .into_iter()
+        .map(|w| Endpoint::new(w.name(), w.addr().to_string(), w.spec().labels.clone()))
+        .collect()
+}
+
+/// An endpoints file (the `--endpoints-file` format) listing `workers`, each labeled with
+/// its role.
+pub fn endpoints_yaml<'a>(workers: impl IntoIterator<Item = &'a WorkerHandle>) -> String {
+    let mut s = String::from("endpoints:\n");
+    for w in workers {
+        s += &format!(
+            "- name: {}\n  address: {}\n  labels: {{llm-d.ai/role: {}}}\n",
+            w.name(),
+            w.addr(),
+            w.role()
+        );
+    }
+    s
+}
+
+// ---------------------------------------------------------------------------------------
+// Routers
+
+/// A router on 127.0.0.1:0 scheduling `endpoints` with `config_yaml`, default options.
+pub async fn router(endpoints: Vec<Endpoint>, config_yaml: &str) -> ServerHandle {
+    fleet::router_with(endpoints, config_yaml, |_| {})
+        .await
+        .unwrap()
+}
+
+/// A coordinator (layout (b)): a router without endpoints that sends each phase to `routers`.
+pub async fn coordinator(routers: PhaseRouters) -> ServerHandle {
+    fleet::router_with(Vec::new(), DEFAULT_CONFIG_YAML, |o| {
+        o.routers = Some(routers)
+    })
+    .await
+    .unwrap()
+}
+
+/// The built-in default config with a `disaggregatedset-rollout-screener` (its defaults:
+/// max-role, prefill and decode required) as first plugin.
+pub fn screened_config() -> String {
+    DEFAULT_CONFIG_YAML.replacen(
+        "\nplugins:\n",
+        "\nplugins:\n- type: disaggregatedset-rollout-screener\n",
+        1,
+    )
+}
+
+// ---------------------------------------------------------------------------------------
+// Fake engine
+
+/// One request a [`FakeEngine`] received.
+#[derive(Debug, Clone)]
+pub struct Recorded {
+    /// HTTP method, e.g. `POST`.
+    pub method: String,
+    /// Request path, e.g. `/v1/completions`.
+    pub path: String,
+    /// Request headers.
+    pub headers: HeaderMap,
+    /// Request body, as received.
+    pub body: Bytes,
+}
+
+impl Recorded {
+    /// The body parsed as JSON; panics when it is not JSON.
+    pub fn json(&self) -> Value {
+        serde_json::from_slice(&self.body).unwrap()
+    }
+
+    /// Header `name` as a string, `None` when absent.
+    pub fn header(&self, name: &str) -> Option<String> {
+        self.headers
+            .get(name)
+            .map(|v| v.to_str().unwrap().to_string())
+    }
+}
+
+/// A fake engine (or fake router) on 127.0.0.1:0; it stops with the test's runtime.
+pub struct FakeEngine {
+    /// `host:port` it listens on.
+    pub addr: String,
+    seen: Arc<Mutex<Vec<Recorded>>>,
+}
+
+impl FakeEngine {
+    /// Every request received so far, oldest first.
+    pub fn requests(&self) -> Vec<Recorded> {
+        self.seen.lock().unwrap().clone()
+    }
+}
+
+/// Starts a fake engine serving `path` (any method): each request is recorded, then answered
+/// with `reply(&request)`. Other paths (the router's `/metrics` and `/v1/models` scrapes) get
+/// 404 and are not recorded.
+pub async fn fake_engine(
+    path: &str,
+    reply: impl Fn(&Recorded) -> Response + Send + Sync + 'static,
+) -> FakeEngine {
+    let seen: Arc<Mutex<Vec<Recorded>>> = Arc::default();
+    let reply = Arc::new(reply);
+    let record = seen.clone();
+    let handler = move |method: http::Method, uri: http::Uri, headers: HeaderMap, body: Bytes| {
+        let (record, reply) = (record.clone(), reply.clone());
+        async move {
+            let request = Recorded {
+                method: method.to_string(),
+                path: uri.path().to_string(),
+                headers,
+                body,
+            };
+            let response = reply(&request);
+            record.lock().unwrap().push(request);
+            response
+        }
+    };
+    let app = axum::Router::new().route(path, axum::routing::any(handler));
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap().to_string();
+    tokio::spawn(async move { axum::serve(l, app).await.unwrap() });
+    FakeEngine { addr, seen }
+}
+
+// ---------------------------------------------------------------------------------------
+// Waiting
+
+/// Polls `done` every 10 ms until it holds; panics naming `what` once `timeout` has passed.
+pub async fn wait_until(timeout: Duration, what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + timeout;
+    while !done() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{what}: not reached within {timeout:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
