@@ -3,80 +3,36 @@
 //! that goes away aborts the legs that were running on the engines; the prefill-unavailable
 //! policy applies from the first request on.
 
-use pdgate::fleet::{self, FleetSpec};
+mod support;
+
 use pdgate_coordinator::PrefillFallback;
-use pdgate_scheduler::{Endpoint, Scheduler, DEFAULT_CONFIG_YAML};
-use pdgate_server::{serve_on, EndpointSource, ServeOptions, ServerHandle};
-use pdgate_sim::{spawn_worker, SimConfig, WorkerHandle, WorkerSpec};
-use serde_json::{json, Value};
-use std::collections::BTreeMap;
-use std::sync::Arc;
+use pdgate_scenario::fleet::{self, FleetSpec};
+use pdgate_scheduler::{Endpoint, DEFAULT_CONFIG_YAML};
+use pdgate_server::ServerHandle;
+use pdgate_sim::{SimConfig, WorkerHandle};
+use serde_json::json;
 use std::time::Duration;
+use support::{endpoints, sim_config, sim_worker, spec, url, wait_until};
 
 async fn worker(name: &str, role: &str, cfg: SimConfig) -> WorkerHandle {
-    let labels = BTreeMap::from([("llm-d.ai/role".to_string(), role.to_string())]);
-    let spec = WorkerSpec {
-        name: name.into(),
-        role: role.into(),
-        revision: None,
-        labels,
-    };
-    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    spawn_worker(spec, cfg, l).await.unwrap()
+    sim_worker(spec(name, role, None), cfg).await
 }
 
 fn fast() -> SimConfig {
-    SimConfig {
-        speedup: 50.0,
-        ..SimConfig::default()
-    }
-}
-
-fn endpoint(w: &WorkerHandle) -> Endpoint {
-    Endpoint::new(w.name(), w.addr().to_string(), w.spec().labels.clone())
+    sim_config(50.0)
 }
 
 async fn router_with(eps: Vec<Endpoint>, yaml: &str, policy: PrefillFallback) -> ServerHandle {
-    let scheduler = Arc::new(Scheduler::from_yaml(yaml, "test").unwrap());
-    let mut opts = ServeOptions::new(scheduler, EndpointSource::Static(eps));
-    opts.scrape_interval = Duration::from_millis(50);
-    opts.resilience.prefill_fallback = policy;
-    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    serve_on(l, opts).await.unwrap()
+    fleet::router_with(eps, yaml, |o| {
+        o.scrape_interval = Duration::from_millis(50);
+        o.resilience.prefill_fallback = policy;
+    })
+    .await
+    .unwrap()
 }
 
 fn prompt(first: u32, len: u32) -> Vec<u32> {
     (first..first + len).collect()
-}
-
-/// Status, the named headers, and the JSON body.
-async fn send(
-    h: &ServerHandle,
-    headers: &[(&str, &str)],
-    body: &Value,
-    want: &[&str],
-) -> (u16, Vec<String>, Value) {
-    let mut r = reqwest::Client::new()
-        .post(format!("http://{}/v1/completions", h.addr))
-        .json(body);
-    for (k, v) in headers {
-        r = r.header(*k, *v);
-    }
-    let r = r.send().await.unwrap();
-    let got = want
-        .iter()
-        .map(|n| {
-            r.headers()
-                .get(*n)
-                .map(|v| v.to_str().unwrap().to_string())
-                .unwrap_or_default()
-        })
-        .collect();
-    (
-        r.status().as_u16(),
-        got,
-        r.json().await.unwrap_or(Value::Null),
-    )
 }
 
 fn in_flight(h: &ServerHandle, name: &str) -> u32 {
@@ -95,7 +51,7 @@ async fn a_retry_from_a_to_b_books_binds_and_credits_b_only() {
     let a = worker("decode-a", "decode", failing).await;
     let b = worker("decode-b", "decode", fast()).await;
     let h = router_with(
-        vec![endpoint(&a), endpoint(&b)],
+        endpoints([&a, &b]),
         DEFAULT_CONFIG_YAML,
         PrefillFallback::Aggregated,
     )
@@ -107,15 +63,10 @@ async fn a_retry_from_a_to_b_books_binds_and_credits_b_only() {
         .sessions
         .bind_names("s1", None, Some("decode-a".into()), now);
     let body = json!({"model": "pdgate-sim", "prompt": prompt(10, 64), "max_tokens": 2});
-    let (status, names, _) = send(
-        &h,
-        &[("x-session-id", "s1")],
-        &body,
-        &["x-pdgate-decode-endpoint", "x-pdgate-pd-mode"],
-    )
-    .await;
-    assert_eq!(status, 200);
-    assert_eq!(names, ["decode-b", "aggregated"]);
+    let r = support::send(&url(&h), &[("x-session-id", "s1")], &body).await;
+    assert_eq!(r.status, 200);
+    let [mode, _, decode] = r.served();
+    assert_eq!((decode.as_str(), mode.as_str()), ("decode-b", "aggregated"));
     // The engines saw one try each: A's injected 503, B's completion.
     assert_eq!((a.stats().injected_errors, a.stats().completions), (1, 0));
     assert_eq!((b.stats().injected_errors, b.stats().completions), (0, 1));
@@ -209,7 +160,7 @@ async fn a_client_gone_mid_prefill_or_mid_stream_aborts_the_running_leg_on_the_e
     let p = worker("prefill-0", "prefill", slow()).await;
     let d = worker("decode-0", "decode", slow()).await;
     let h = router_with(
-        vec![endpoint(&p), endpoint(&d)],
+        endpoints([&p, &d]),
         DEFAULT_CONFIG_YAML,
         PrefillFallback::Aggregated,
     )
@@ -229,9 +180,10 @@ async fn a_client_gone_mid_prefill_or_mid_stream_aborts_the_running_leg_on_the_e
         gave_up.is_err(),
         "no response head before the prefill ended"
     );
-    wait_until(|| p.stats().cancelled == 1).await;
+    let five = Duration::from_secs(5);
+    wait_until(five, "prefill leg cancelled", || p.stats().cancelled == 1).await;
     assert_eq!((p.stats().cancelled, d.stats().cancelled), (1, 0));
-    wait_until(|| h.state.in_flight_total() == 0).await;
+    wait_until(five, "bookings released", || h.state.in_flight_total() == 0).await;
     // Mid-stream: read the first chunk of the decode stream, then go away.
     let body = json!({"model": "pdgate-sim", "prompt": prompt(5000, 2000), "max_tokens": 60, "stream": true});
     let mut r = client.post(&url).json(&body).send().await.unwrap();
@@ -240,19 +192,9 @@ async fn a_client_gone_mid_prefill_or_mid_stream_aborts_the_running_leg_on_the_e
     let first = r.chunk().await.unwrap().unwrap();
     assert!(first.starts_with(b"data: "));
     drop(r);
-    wait_until(|| d.stats().cancelled == 1).await;
+    wait_until(five, "decode leg cancelled", || d.stats().cancelled == 1).await;
     assert_eq!((p.stats().cancelled, d.stats().cancelled), (1, 1));
-    wait_until(|| h.state.in_flight_total() == 0).await;
-}
-
-async fn wait_until(mut f: impl FnMut() -> bool) {
-    for _ in 0..200 {
-        if f() {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    assert!(f(), "condition not met within 5 s");
+    wait_until(five, "bookings released", || h.state.in_flight_total() == 0).await;
 }
 
 /// An address nobody listens on.
@@ -266,35 +208,26 @@ async fn closed_port() -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unreachable_prefill_gets_the_same_answer_from_the_first_request_on() {
     let d = worker("decode-0", "decode", fast()).await;
-    let labels = BTreeMap::from([("llm-d.ai/role".to_string(), "prefill".to_string())]);
+    let labels = support::labels("prefill", None);
     let dead = Endpoint::new("prefill-dead", closed_port().await, labels);
-    let want = [
-        "x-pdgate-pd-mode",
-        "x-pdgate-decode-endpoint",
-        "x-pdgate-pd-fallback-reason",
-    ];
     for policy in [PrefillFallback::Aggregated, PrefillFallback::Fail] {
-        let h = router_with(
-            vec![dead.clone(), endpoint(&d)],
-            DEFAULT_CONFIG_YAML,
-            policy,
-        )
-        .await;
+        let mut eps = endpoints([&d]);
+        eps.insert(0, dead.clone());
+        let h = router_with(eps, DEFAULT_CONFIG_YAML, policy).await;
         tokio::time::sleep(Duration::from_millis(200)).await;
         for i in 0..30 {
             let body = json!({"model": "pdgate-sim", "prompt": prompt(100 * i + 10_000, 64), "max_tokens": 2});
-            let (status, got, v) = send(&h, &[], &body, &want).await;
+            let r = support::send(&url(&h), &[], &body).await;
+            let (v, [mode, _, decode]) = (&r.body, r.served());
             match policy {
                 PrefillFallback::Aggregated => {
-                    assert_eq!(status, 200, "request {i}: {v}");
-                    assert_eq!(got[..2], ["aggregated", "decode-0"], "request {i}");
-                    assert!(
-                        got[2].contains("prefill"),
-                        "request {i}: the reason names prefill: {got:?}"
-                    );
+                    assert_eq!(r.status, 200, "request {i}: {v}");
+                    assert_eq!((mode.as_str(), decode.as_str()), ("aggregated", "decode-0"));
+                    let reason = r.header("x-pdgate-pd-fallback-reason");
+                    assert!(reason.contains("prefill"), "request {i}: {reason}");
                 }
                 PrefillFallback::Fail => {
-                    assert_eq!(status, 503, "request {i}: {v}");
+                    assert_eq!(r.status, 503, "request {i}: {v}");
                     let msg = v["error"]["message"].as_str().unwrap();
                     assert!(
                         msg.starts_with("prefill unavailable: "),
@@ -303,12 +236,7 @@ async fn an_unreachable_prefill_gets_the_same_answer_from_the_first_request_on()
                 }
             }
         }
-        let m = reqwest::get(format!("http://{}/metrics", h.addr))
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
+        let m = support::metrics(&url(&h)).await;
         let series = format!(
             "pdgate_prefill_fallbacks_total{{policy=\"{}\"}} 30",
             policy.as_str()
