@@ -53,3 +53,35 @@ pub fn forget_on_restart(scheduler: Arc<Scheduler>) -> OnRestart {
         scheduler.forget_endpoint(endpoint);
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::breaker::Outcome;
+    use pdgate_api::PromptInput;
+    use pdgate_scheduler::{Endpoint, SchedulingRequest};
+
+    #[test]
+    fn departed_endpoints_leave_the_prefix_index_and_the_breakers() {
+        let scheduler = Arc::new(
+            Scheduler::from_yaml(pdgate_scheduler::DEFAULT_CONFIG_YAML, "default").unwrap(),
+        );
+        let (registry, breakers) = (EndpointRegistry::default(), Arc::new(Breakers::default()));
+        forget_departed(&registry, scheduler.clone(), breakers.clone());
+        let ep = |n: &str| Endpoint::new(n, "127.0.0.1:1", Default::default());
+        registry.apply(vec![ep("a"), ep("b")]);
+        let prompt = PromptInput::Tokens((0..64).collect());
+        for _ in 0..2 {
+            let req = SchedulingRequest::new("r", "m", &prompt);
+            let picked = scheduler.schedule(&req, &registry.snapshot()).unwrap();
+            scheduler.response_received(&picked.decode, 200);
+        }
+        breakers.record("a", Outcome::Failure, tokio::time::Instant::now());
+        breakers.record("b", Outcome::Failure, tokio::time::Instant::now());
+        let held = scheduler.prefix_stats().endpoints;
+        assert!(held >= 1, "{held}");
+        registry.apply(vec![]);
+        assert_eq!(scheduler.prefix_stats().endpoints, 0);
+        assert!(breakers.snapshot().is_empty());
+    }
+}
