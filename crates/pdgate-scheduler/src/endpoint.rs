@@ -7,7 +7,7 @@
 
 use pdgate_api::{labels, Role};
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 
 /// One model-server target (design.md §1).
@@ -62,24 +62,36 @@ impl Endpoint {
 
 /// Live load of one endpoint. Gauges are `f64` stored as bits; NaN means *unknown*
 /// (never scraped, or the engine does not export that gauge), which is never read as 0.
+/// One cell per endpoint name in the current snapshot: discovery drops it (after
+/// [`EndpointLoad::retire`]) when the endpoint leaves, and a name that comes back gets a
+/// fresh one.
 #[derive(Debug)]
 pub struct EndpointLoad {
     /// Model ids from the engine's `/v1/models`; `None` until known.
     models: parking_lot::RwLock<Option<Arc<[String]>>>,
+    /// The engine's model objects, verbatim; `None` until known.
+    model_cards: parking_lot::RwLock<Option<Arc<[serde_json::Value]>>>,
     in_flight: AtomicU32,
     running: AtomicU64,
     waiting: AtomicU64,
     kv_usage: AtomicU64,
+    /// Last `/metrics` scrape: 0 never scraped, 1 answered, 2 failed.
+    reachable: AtomicU8,
+    /// Set when the endpoint left discovery: producers stop crediting it.
+    retired: AtomicBool,
 }
 
 impl Default for EndpointLoad {
     fn default() -> Self {
         EndpointLoad {
             models: parking_lot::RwLock::new(None),
+            model_cards: parking_lot::RwLock::new(None),
             in_flight: AtomicU32::new(0),
             running: AtomicU64::new(f64::NAN.to_bits()),
             waiting: AtomicU64::new(f64::NAN.to_bits()),
             kv_usage: AtomicU64::new(f64::NAN.to_bits()),
+            reachable: AtomicU8::new(0),
+            retired: AtomicBool::new(false),
         }
     }
 }
@@ -122,6 +134,41 @@ impl EndpointLoad {
     /// Stores the engine's model list.
     pub fn set_models(&self, models: Vec<String>) {
         *self.models.write() = Some(models.into());
+    }
+    /// The engine's `/v1/models` objects as it sent them (`id`, `created`, `owned_by`,
+    /// `max_model_len`, `root`, …), when known.
+    pub fn model_cards(&self) -> Option<Arc<[serde_json::Value]>> {
+        self.model_cards.read().clone()
+    }
+    /// Stores the engine's model objects and, from their `id` fields, its model list.
+    pub fn set_model_cards(&self, cards: Vec<serde_json::Value>) {
+        let ids = cards
+            .iter()
+            .filter_map(|c| c.get("id")?.as_str().map(str::to_string))
+            .collect();
+        self.set_models(ids);
+        *self.model_cards.write() = Some(cards.into());
+    }
+    /// Whether the last `/metrics` scrape answered: `None` before the first scrape.
+    pub fn reachable(&self) -> Option<bool> {
+        match self.reachable.load(Ordering::Relaxed) {
+            1 => Some(true),
+            2 => Some(false),
+            _ => None,
+        }
+    }
+    /// Stores the outcome of a `/metrics` scrape.
+    pub fn set_reachable(&self, ok: bool) {
+        self.reachable
+            .store(if ok { 1 } else { 2 }, Ordering::Relaxed);
+    }
+    /// Marks the endpoint as gone from discovery (called by the registry when it leaves).
+    pub fn retire(&self) {
+        self.retired.store(true, Ordering::Release);
+    }
+    /// True once the endpoint left discovery; responses still in flight must not credit it.
+    pub fn is_retired(&self) -> bool {
+        self.retired.load(Ordering::Acquire)
     }
     /// True when the engine serves `model`, or its model list is not known yet (unknown
     /// must not take an endpoint out of rotation).
@@ -206,6 +253,12 @@ mod tests {
         assert_eq!(load.queue_depth(), 2.0);
         load.set_scraped(Some(3.0), Some(4.0), Some(0.25));
         assert_eq!(load.queue_depth(), 7.0);
+        assert_eq!(load.reachable(), None);
+        load.set_reachable(false);
+        assert_eq!(load.reachable(), Some(false));
+        load.set_model_cards(vec![serde_json::json!({"id": "x", "max_model_len": 4096})]);
+        assert!(load.serves("x") && !load.serves("m"));
+        assert_eq!(load.model_cards().unwrap()[0]["max_model_len"], 4096);
         drop((g1, g2));
         assert_eq!(load.in_flight(), 0);
     }

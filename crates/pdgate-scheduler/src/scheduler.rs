@@ -208,6 +208,27 @@ impl Scheduler {
         self.indexes.first().map_or(0, |i| i.blocks_held(endpoint))
     }
 
+    /// Forgets the prefix-index credit of `endpoint` in every index (its engine restarted
+    /// and lost its cache, or it left). Returns whether any index had an entry for it.
+    pub fn forget_endpoint(&self, endpoint: &str) -> bool {
+        self.indexes
+            .iter()
+            .fold(false, |any, ix| ix.forget(endpoint) | any)
+    }
+
+    /// Forgets, in every prefix index, the endpoints for which `keep` is false (those that
+    /// left discovery); returns how many (endpoint, index) entries were dropped.
+    pub fn retain_endpoints(&self, keep: impl Fn(&str) -> bool) -> usize {
+        self.indexes.iter().map(|ix| ix.retain(&keep)).sum()
+    }
+
+    /// Size of the prefix indexes, summed over the producers (zero without one).
+    pub fn prefix_stats(&self) -> crate::prefix::PrefixStats {
+        (self.indexes.iter())
+            .map(|ix| ix.stats())
+            .fold(Default::default(), |a, b| a + b)
+    }
+
     /// Runs the `ResponseHeader` hooks for `pick`'s phase response head (`status`), and
     /// returns the `(name, value)` headers they stamp on that response (lowercase names).
     /// Call it once per phase response, before the coordinator captures headers.

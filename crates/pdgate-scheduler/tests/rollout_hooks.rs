@@ -190,6 +190,12 @@ fn metrics_follow_endpoint_changes_and_count_strict_misses() {
         metric(&ms, "pdgate_revision_strict_misses_total"),
         [(String::new(), 2.0, MetricKind::Counter)]
     );
+    // Revision b left: its decision count is forgotten too (bounded per-revision state).
+    let revisions: Vec<String> = metric(&ms, "pdgate_revision_decisions_total")
+        .into_iter()
+        .map(|(r, ..)| r)
+        .collect();
+    assert_eq!(revisions, ["a"]);
     // The same version is not recomputed: a snapshot reusing version 2 keeps the cache.
     s.schedule(&request(&p, &[], false), &snap(&only_a, 2))
         .unwrap();

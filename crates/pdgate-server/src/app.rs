@@ -21,6 +21,9 @@ use tokio::net::TcpListener;
 pub const DEFAULT_MAX_BODY_BYTES: usize = 64 << 20;
 /// Default engine `/metrics` scrape interval, ms.
 pub const DEFAULT_SCRAPE_INTERVAL_MS: u64 = 200;
+/// Default time allowed for one engine `/metrics` scrape, ms (head and body): a real vLLM
+/// took up to 1.7 s to answer under load (`../shared/fixtures/vllm-0.32-cpu/README.md`).
+pub const DEFAULT_SCRAPE_TIMEOUT_MS: u64 = 3000;
 
 /// What a server needs to start.
 pub struct ServeOptions {
@@ -32,6 +35,8 @@ pub struct ServeOptions {
     pub max_body_bytes: usize,
     /// Engine metrics scrape interval.
     pub scrape_interval: Duration,
+    /// Time allowed for one engine `/metrics` scrape (head and body).
+    pub scrape_timeout: Duration,
     /// Upstream timeouts, retries, breakers and the prefill-unavailable policy.
     pub resilience: crate::resilience_args::Resilience,
     /// Per-role routers to coordinate instead of scheduling locally (layout (b)).
@@ -93,6 +98,7 @@ impl ServeOptions {
             endpoints,
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
             scrape_interval: Duration::from_millis(DEFAULT_SCRAPE_INTERVAL_MS),
+            scrape_timeout: Duration::from_millis(DEFAULT_SCRAPE_TIMEOUT_MS),
             resilience: Default::default(),
             routers: None,
             forward_rules: ForwardRules::default(),
@@ -160,7 +166,8 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/completions", post(completions))
         .route("/v1/chat/completions", post(chat_completions))
         .route("/v1/models", get(models))
-        .route("/health", get(|| async { "ok" }))
+        .route("/health", get(health))
+        .route("/live", get(|| async { "ok" }))
         .route("/metrics", get(metrics))
         .fallback(no_route)
         .method_not_allowed_fallback(method_not_allowed)
@@ -225,25 +232,41 @@ async fn models(State(s): State<Arc<AppState>>) -> Response {
             }
         };
     }
-    let data: Vec<_> = s
-        .fleet_models()
-        .iter()
-        .map(|id| serde_json::json!({"id": id, "object": "model", "owned_by": "pdgate"}))
-        .collect();
+    let data = crate::scrape::merge_model_cards(&s.registry.snapshot());
     axum::Json(serde_json::json!({"object": "list", "data": data})).into_response()
 }
 
+/// Readiness: 200 while at least one endpoint can serve (schedulable and its last scrape not
+/// failed; a coordinator defers to its routers), else 503. Liveness is `/live`.
+async fn health(State(s): State<Arc<AppState>>) -> Response {
+    let snap = s.registry.snapshot();
+    let serving = (snap.endpoints.iter())
+        .filter(|e| e.endpoint.schedulable() && e.load.reachable() != Some(false))
+        .count();
+    let total = snap.endpoints.len();
+    let ready = serving > 0 || s.routers.is_some();
+    let body = serde_json::json!({
+        "status": if ready { "ready" } else { "not ready" },
+        "endpoints": total,
+        "serving": serving,
+        "reason": (!ready).then_some(if total == 0 {
+            "no endpoints known"
+        } else {
+            "no endpoint can serve (none Ready, or every one failing its /metrics scrape)"
+        }),
+    });
+    let status = if ready {
+        http::StatusCode::OK
+    } else {
+        http::StatusCode::SERVICE_UNAVAILABLE
+    };
+    (status, axum::Json(body)).into_response()
+}
+
 async fn metrics(State(s): State<Arc<AppState>>) -> Response {
-    s.metrics
-        .plugins
-        .set(&s.scheduler.plugin_metrics(&s.registry.snapshot()));
-    s.metrics.in_flight.reset();
-    for e in &s.registry.snapshot().endpoints {
-        s.metrics
-            .in_flight
-            .with_label_values(&[e.endpoint.name.as_str()])
-            .set(i64::from(e.load.in_flight()));
-    }
+    let snap = s.registry.snapshot();
+    s.metrics.plugins.set(&s.scheduler.plugin_metrics(&snap));
+    s.metrics.set_endpoint_gauges(&snap);
     (
         [(http::header::CONTENT_TYPE, "text/plain; version=0.0.4")],
         s.metrics.render(),
@@ -259,18 +282,25 @@ pub async fn start_state(
     opts: ServeOptions,
 ) -> Result<(Arc<AppState>, Vec<tokio::task::JoinHandle<()>>), DiscoveryError> {
     let registry = Arc::new(EndpointRegistry::default());
+    let breakers = Arc::new(crate::breaker::Breakers::new(opts.resilience.breaker));
+    crate::bounds::forget_departed(&registry, opts.scheduler.clone(), breakers.clone());
     let mut tasks = Vec::new();
     if let Some(t) = discovery::start(opts.endpoints, registry.clone()).await? {
         tasks.push(t);
     }
     let upstream = Upstream::new(opts.resilience.timeouts.connect);
     let metrics = Arc::new(Metrics::new());
+    let settings = scrape::ScrapeSettings {
+        interval: opts.scrape_interval,
+        timeout: opts.scrape_timeout,
+        models_every: 25,
+    };
     tasks.push(scrape::start(
         registry.clone(),
         upstream.clone(),
         metrics.clone(),
-        opts.scrape_interval,
-        25,
+        settings,
+        crate::bounds::forget_on_restart(opts.scheduler.clone()),
     ));
     let state = Arc::new(AppState {
         scheduler: opts.scheduler,
@@ -281,7 +311,7 @@ pub async fn start_state(
         routers: opts.routers,
         forward_rules: opts.forward_rules,
         sessions: Arc::default(),
-        breakers: Arc::new(crate::breaker::Breakers::new(opts.resilience.breaker)),
+        breakers,
         timeouts: opts.resilience.timeouts,
         retry: opts.resilience.retry,
         prefill_fallback: opts.resilience.prefill_fallback,
@@ -291,6 +321,7 @@ pub async fn start_state(
 
 impl AppState {
     /// Model ids served by the current endpoints (union of the lists known so far).
+    /// (`/v1/models` answers the engines' own objects, [`crate::scrape::merge_model_cards`].)
     pub fn fleet_models(&self) -> std::collections::BTreeSet<String> {
         let snap = self.registry.snapshot();
         snap.endpoints

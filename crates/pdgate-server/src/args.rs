@@ -2,6 +2,7 @@
 
 use crate::app::{
     start_state, PhaseRouters, ServeOptions, DEFAULT_MAX_BODY_BYTES, DEFAULT_SCRAPE_INTERVAL_MS,
+    DEFAULT_SCRAPE_TIMEOUT_MS,
 };
 use crate::discovery::{check_address, parse_endpoint_flag, EndpointSource};
 use anyhow::Context;
@@ -39,6 +40,10 @@ pub struct ServeArgs {
     /// Engine /metrics scrape interval, ms.
     #[arg(long, default_value_t = DEFAULT_SCRAPE_INTERVAL_MS)]
     pub scrape_interval_ms: u64,
+    /// Time allowed for one engine /metrics scrape (response head and body), ms; an engine
+    /// slower than this is marked unknown for that tick.
+    #[arg(long, default_value_t = DEFAULT_SCRAPE_TIMEOUT_MS)]
+    pub scrape_timeout_ms: u64,
     /// Upstream timeouts, retries, breakers, prefill-unavailable policy.
     #[command(flatten)]
     pub resilience: crate::resilience_args::ResilienceArgs,
@@ -123,6 +128,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let mut opts = ServeOptions::new(Arc::new(scheduler), endpoints);
     opts.max_body_bytes = args.max_body_bytes;
     opts.scrape_interval = Duration::from_millis(args.scrape_interval_ms);
+    opts.scrape_timeout = Duration::from_millis(args.scrape_timeout_ms.max(1));
     opts.resilience = args.resilience.settings();
     if let Some(names) = &args.forward_response_headers {
         // `''` (one empty value) forwards nothing; an empty item inside a list is a typo.

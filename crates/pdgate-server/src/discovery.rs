@@ -225,13 +225,21 @@ fn check_unique(eps: &[Endpoint]) -> Result<(), String> {
     Ok(())
 }
 
+/// Called with every new snapshot, right after it is swapped in.
+pub type SnapshotListener = Box<dyn Fn(&Snapshot) + Send + Sync>;
+
 /// Holds the current [`Snapshot`] and the per-endpoint load cells that outlive snapshots.
+///
+/// Bound: one load cell per endpoint of the current list; a cell whose endpoint left is
+/// retired ([`EndpointLoad::retire`]) and dropped, and a name that comes back gets a new one.
 #[derive(Default)]
 pub struct EndpointRegistry {
     snapshot: ArcSwap<Snapshot>,
     loads: Mutex<HashMap<String, Arc<EndpointLoad>>>,
     /// True once a first endpoint list was applied (an empty one counts).
     known: std::sync::atomic::AtomicBool,
+    /// Told of every new snapshot (state keyed by endpoint name forgets departed ones).
+    listeners: Mutex<Vec<SnapshotListener>>,
 }
 
 impl EndpointRegistry {
@@ -245,8 +253,16 @@ impl EndpointRegistry {
         self.known.load(std::sync::atomic::Ordering::Acquire)
     }
 
+    /// Calls `listener` with every snapshot applied from now on (under the registry's lock,
+    /// so listeners see snapshots in order; keep them short and never call back into
+    /// [`Self::apply`]).
+    pub fn on_change(&self, listener: SnapshotListener) {
+        self.listeners.lock().push(listener);
+    }
+
     /// Replaces the endpoint set. Load cells (in-flight counts, scraped gauges) carry over by
-    /// endpoint name, so in-flight requests on a kept endpoint stay counted.
+    /// endpoint name, so in-flight requests on a kept endpoint stay counted; the cells of
+    /// endpoints that left are retired. Listeners then see the new snapshot.
     pub fn apply(&self, endpoints: Vec<Endpoint>) {
         let mut loads = self.loads.lock();
         let mut next = HashMap::with_capacity(endpoints.len());
@@ -258,13 +274,20 @@ impl EndpointRegistry {
                 Arc::new(EndpointState { endpoint, load })
             })
             .collect();
+        for gone in loads.values() {
+            gone.retire();
+        }
         *loads = next;
         let version = self.snapshot.load().version + 1;
-        self.snapshot.store(Arc::new(Snapshot {
+        let snap = Arc::new(Snapshot {
             endpoints: states,
             version,
-        }));
+        });
+        self.snapshot.store(snap.clone());
         self.known.store(true, std::sync::atomic::Ordering::Release);
+        for listener in self.listeners.lock().iter() {
+            listener(&snap);
+        }
     }
 }
 
@@ -446,5 +469,25 @@ mod tests {
         assert_eq!((snap.version, snap.endpoints[0].load.in_flight()), (2, 1));
         drop(guard);
         assert_eq!(snap.endpoints[0].load.in_flight(), 0);
+    }
+
+    #[test]
+    fn departed_endpoints_are_retired_and_listeners_see_each_snapshot() {
+        let reg = EndpointRegistry::default();
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let s = seen.clone();
+        reg.on_change(Box::new(move |snap| {
+            s.lock().push((snap.version, snap.endpoints.len()))
+        }));
+        let ep = |f: &str| parse_endpoint_flag(f).unwrap();
+        reg.apply(vec![ep("127.0.0.1:1,name=a"), ep("127.0.0.1:2,name=b")]);
+        let old_a = reg.snapshot().endpoints[0].load.clone();
+        reg.apply(vec![ep("127.0.0.1:2,name=b")]);
+        assert!(old_a.is_retired());
+        assert!(!reg.snapshot().endpoints[0].load.is_retired());
+        reg.apply(vec![ep("127.0.0.1:1,name=a"), ep("127.0.0.1:2,name=b")]);
+        let new_a = &reg.snapshot().endpoints[0].load;
+        assert!(!Arc::ptr_eq(new_a, &old_a) && !new_a.is_retired());
+        assert_eq!(*seen.lock(), [(1, 2), (2, 1), (3, 2)]);
     }
 }

@@ -6,6 +6,7 @@
 pub mod app;
 pub mod args;
 pub mod body;
+pub mod bounds;
 pub mod breaker;
 pub mod ctx;
 pub mod discovery;

@@ -1,9 +1,25 @@
 //! The router's own Prometheus metrics (prefix `pdgate_`, design.md §5.4).
 
+use pdgate_scheduler::Snapshot;
 use prometheus::{
-    Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGaugeVec, Opts,
-    Registry, TextEncoder,
+    Encoder, GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec,
+    IntGaugeVec, Opts, Registry, TextEncoder,
 };
+
+/// The engine gauges the scorers read, per endpoint (label `endpoint`), as last scraped from
+/// its `/metrics`; set at exposition time from the current snapshot, so an endpoint that left
+/// has no series and an unknown gauge (not exported, or the scrape failed) is absent, never 0.
+pub struct EngineGaugeVecs {
+    /// `pdgate_endpoint_requests_running{endpoint}`: Σ `vllm:num_requests_running`.
+    pub running: GaugeVec,
+    /// `pdgate_endpoint_requests_waiting{endpoint}`: Σ `vllm:num_requests_waiting`.
+    pub waiting: GaugeVec,
+    /// `pdgate_endpoint_kv_cache_usage_perc{endpoint}`: mean `vllm:kv_cache_usage_perc`, 0..1.
+    pub kv_usage: GaugeVec,
+    /// `pdgate_endpoint_up{endpoint}`: 1 when its last `/metrics` scrape answered, 0 when it
+    /// failed (absent before the first scrape).
+    pub up: GaugeVec,
+}
 
 /// Every metric the router exports, registered in one registry.
 pub struct Metrics {
@@ -38,6 +54,11 @@ pub struct Metrics {
     pub prefill_fallbacks: IntCounterVec,
     /// `pdgate_scrape_errors_total`: failed engine `/metrics` scrapes.
     pub scrape_errors: IntCounter,
+    /// `pdgate_engine_restarts_total`: engine restarts seen by the scraper (each drops the
+    /// endpoint's prefix-cache credit).
+    pub engine_restarts: IntCounter,
+    /// Engine gauges per endpoint, as the scorers read them.
+    pub engine: EngineGaugeVecs,
     /// Scheduler plugins' own metrics (revision shares, strict misses, …).
     pub plugins: crate::plugin_metrics::PluginFamilies,
     hot: Hot,
@@ -161,6 +182,38 @@ impl Metrics {
             )
             .expect("valid metric"),
         );
+        let engine_restarts = reg(
+            &r,
+            IntCounter::new(
+                "pdgate_engine_restarts_total",
+                "Engine restarts seen by the scraper (process_start_time_seconds changed, or back after failing).",
+            )
+            .expect("valid metric"),
+        );
+        let gauge = |name: &str, help: &str| {
+            reg(
+                &r,
+                GaugeVec::new(Opts::new(name, help), &["endpoint"]).expect("valid metric"),
+            )
+        };
+        let engine = EngineGaugeVecs {
+            running: gauge(
+                "pdgate_endpoint_requests_running",
+                "Engine requests running per endpoint (vllm:num_requests_running, last scrape).",
+            ),
+            waiting: gauge(
+                "pdgate_endpoint_requests_waiting",
+                "Engine requests waiting per endpoint (vllm:num_requests_waiting, last scrape).",
+            ),
+            kv_usage: gauge(
+                "pdgate_endpoint_kv_cache_usage_perc",
+                "Engine KV-cache usage per endpoint, 0..1 (vllm:kv_cache_usage_perc, last scrape).",
+            ),
+            up: gauge(
+                "pdgate_endpoint_up",
+                "1 when the endpoint's last /metrics scrape answered, 0 when it failed.",
+            ),
+        };
         let phases = ["prefill", "decode", "aggregated"];
         let hot = Hot {
             requests_ok: ["completions", "chat_completions"]
@@ -195,7 +248,36 @@ impl Metrics {
             upstream_failures,
             prefill_fallbacks,
             scrape_errors,
+            engine_restarts,
+            engine,
             hot,
+        }
+    }
+
+    /// Sets the per-endpoint series (`pdgate_in_flight` and the engine gauges) from
+    /// `snapshot`, dropping the series of endpoints that are not in it.
+    pub fn set_endpoint_gauges(&self, snapshot: &Snapshot) {
+        let e = &self.engine;
+        self.in_flight.reset();
+        for v in [&e.running, &e.waiting, &e.kv_usage, &e.up] {
+            v.reset();
+        }
+        for ep in &snapshot.endpoints {
+            let name = [ep.endpoint.name.as_str()];
+            let load = &ep.load;
+            self.in_flight
+                .with_label_values(&name)
+                .set(i64::from(load.in_flight()));
+            for (vec, value) in [
+                (&e.running, load.running()),
+                (&e.waiting, load.waiting()),
+                (&e.kv_usage, load.kv_usage()),
+                (&e.up, load.reachable().map(|ok| f64::from(u8::from(ok)))),
+            ] {
+                if let Some(v) = value {
+                    vec.with_label_values(&name).set(v);
+                }
+            }
         }
     }
 

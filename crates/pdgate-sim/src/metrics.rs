@@ -50,6 +50,10 @@ pub struct Metrics {
     pub ec_pulls: IntCounterVec,
     /// `pdgate_sim_ec_leases`: live encoder-cache leases.
     pub ec_leases: IntGauge,
+    /// `process_start_time_seconds` (Unix time, s, no labels): when this worker started, as
+    /// the Prometheus process collector of real vLLM reports it; a worker restarted in place
+    /// reports a new value (routers read it to drop their prefix-cache credit).
+    pub start_time: Gauge,
     /// `pdgate_sim_mm_items_total{source}`: media items by who encoded them (`encoder`: this
     /// encode worker for a remote prefill; `local`: this worker for itself; `remote`: pulled).
     pub mm_items: IntCounterVec,
@@ -176,8 +180,17 @@ impl Metrics {
                 &["source"],
             )
             .expect("valid metric"),
+            start_time: Gauge::new(
+                "process_start_time_seconds",
+                "Start time of the process since unix epoch in seconds.",
+            )
+            .expect("valid metric"),
             registry,
         };
+        let started = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0.0, |d| d.as_secs_f64());
+        m.start_time.set(started);
         let cache_info = IntGauge::with_opts(
             opts("vllm:cache_config_info", "KV cache configuration.")
                 .const_label("block_size", block_size.to_string())
@@ -211,6 +224,7 @@ impl Metrics {
             Box::new(m.ec_pulls.clone()),
             Box::new(m.ec_leases.clone()),
             Box::new(m.mm_items.clone()),
+            Box::new(m.start_time.clone()),
         ];
         for c in collectors {
             r.register(c).expect("metric registered once");

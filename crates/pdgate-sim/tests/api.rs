@@ -344,3 +344,45 @@ async fn fleet_on_ephemeral_ports_and_shutdown() {
         .to_string()
         .contains("unknown role \"gpu\""));
 }
+
+/// `process_start_time_seconds` of a worker, as real vLLM's process collector exports it.
+async fn start_time(w: &pdgate_sim::WorkerHandle) -> f64 {
+    let m = metrics(w).await;
+    let line = (m.lines())
+        .find(|l| l.starts_with("process_start_time_seconds "))
+        .unwrap_or_else(|| panic!("no process_start_time_seconds in\n{m}"));
+    line["process_start_time_seconds ".len()..].parse().unwrap()
+}
+
+#[tokio::test]
+async fn a_worker_restarted_in_place_reports_a_new_start_time_and_an_empty_cache() {
+    let w = worker(WorkerSpec::new("decode-0", "decode"), fast()).await;
+    let addr = w.addr();
+    let first = start_time(&w).await;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    assert!(first <= now && now - first < 60.0, "{first} vs now {now}");
+    let body = json!({"model": "pdgate-sim", "prompt": tokens(1, 64), "max_tokens": 1});
+    post(&w.url(), "/v1/completions", body.clone()).await;
+    let warm = post(&w.url(), "/v1/completions", body.clone()).await;
+    assert_eq!(
+        warm.body["usage"]["prompt_tokens_details"]["cached_tokens"],
+        48
+    );
+    w.shutdown().await;
+    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    let l = tokio::net::TcpListener::bind(addr).await.unwrap();
+    let again = pdgate_sim::spawn_worker(WorkerSpec::new("decode-0", "decode"), fast(), l)
+        .await
+        .unwrap();
+    assert_eq!(again.addr(), addr);
+    let second = start_time(&again).await;
+    assert!(second > first, "{second} must be after {first}");
+    let cold = post(&again.url(), "/v1/completions", body).await;
+    assert_eq!(
+        cold.body["usage"]["prompt_tokens_details"]["cached_tokens"],
+        0
+    );
+}

@@ -14,7 +14,9 @@
 //!   blocks are recorded on the endpoint that answered (prefill, decode or aggregated). llm-d
 //!   records at pick time (PreRequest); pdgate records once the engine has the blocks, so
 //!   that requests in flight together are spread by load instead of all following the first
-//!   pick (design.md §4, equal-score bursts).
+//!   pick (design.md §4, equal-score bursts). An endpoint that left discovery (retired) is
+//!   not credited; the server forgets an endpoint's blocks when it leaves or its engine
+//!   restarts (`Scheduler::retain_endpoints`, `Scheduler::forget_endpoint`).
 //! - **Limitations:** approximate — it learns only from this router's decisions, not from
 //!   engine evictions; `autoTune` is accepted but has no effect (pdgate does not read the
 //!   engines' block size or capacity yet); llm-d clamps small text block sizes, pdgate does not.
@@ -85,7 +87,9 @@ impl ResponseHeader for ApproxPrefixCacheProducer {
     /// engine holds them. Recording at response rather than at pick time keeps a burst of
     /// identical prompts from piling onto the first endpoint picked before any of them ran.
     fn response_header(&self, ctx: &ResponseCtx<'_>, _out: &mut Vec<(String, String)>) {
-        if !(200..300).contains(&ctx.status) {
+        // An endpoint that left discovery while this request ran is not credited: its entry
+        // was forgotten and must not come back (the index stays bounded by the fleet).
+        if !(200..300).contains(&ctx.status) || ctx.endpoint.load.is_retired() {
             return;
         }
         if let Some(hashes) = ctx.state.block_hashes(self.index.slot()) {

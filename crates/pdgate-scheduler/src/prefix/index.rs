@@ -1,4 +1,11 @@
 //! Block hash → endpoints believed to hold it, bounded per endpoint by an LRU.
+//!
+//! **Bound.** At most `lru_capacity` blocks per endpoint, and only the endpoints the router
+//! currently knows: [`PrefixIndex::forget`] / [`PrefixIndex::retain`] drop an endpoint that
+//! left discovery or restarted (its blocks, its LRU, its name) and its id is reused by the
+//! next new endpoint, so a rollout that replaces every pod leaves the index at the size of the
+//! fleet, not of every pod ever seen. Memory is about `endpoints × lru_capacity × ~80` bytes
+//! at most ([`PrefixStats::bytes`] gives the current estimate).
 
 use super::{BlockHasher, BuildPassThrough};
 use lru::LruCache;
@@ -24,6 +31,79 @@ struct Inner {
     ids: HashMap<String, u32>,
     blocks: HashMap<u64, Vec<u64>, BuildPassThrough>,
     lrus: Vec<LruCache<u64, (), BuildPassThrough>>,
+    /// Ids of forgotten endpoints, reused before `lrus` grows.
+    free: Vec<u32>,
+}
+
+/// Size of a [`PrefixIndex`] (or the sum over several), for tests, benchmarks and metrics.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct PrefixStats {
+    /// Endpoints with an entry (credited with at least one block since they were last
+    /// forgotten).
+    pub endpoints: usize,
+    /// Distinct block hashes held by at least one endpoint.
+    pub blocks: usize,
+    /// (endpoint, block) pairs: the sum of the per-endpoint LRU lengths.
+    pub credits: usize,
+    /// Estimate of the heap used, bytes: table capacities × entry sizes (hash map slots,
+    /// bitsets, LRU nodes, interned names). An estimate, not an allocator measurement.
+    pub bytes: usize,
+}
+
+impl std::ops::Add for PrefixStats {
+    type Output = PrefixStats;
+    fn add(self, o: PrefixStats) -> PrefixStats {
+        PrefixStats {
+            endpoints: self.endpoints + o.endpoints,
+            blocks: self.blocks + o.blocks,
+            credits: self.credits + o.credits,
+            bytes: self.bytes + o.bytes,
+        }
+    }
+}
+
+/// Clears `mask` at `word` in the bitset of block `h`; drops the block when no bit is left.
+fn clear_bit(
+    blocks: &mut HashMap<u64, Vec<u64>, BuildPassThrough>,
+    h: u64,
+    word: usize,
+    mask: u64,
+) {
+    if let Some(set) = blocks.get_mut(&h) {
+        if let Some(w) = set.get_mut(word) {
+            *w &= !mask;
+        }
+        if set.iter().all(|w| *w == 0) {
+            blocks.remove(&h);
+        }
+    }
+}
+
+impl Inner {
+    /// Drops `endpoint`'s blocks and LRU and frees its id. False when it had no entry.
+    fn forget(&mut self, endpoint: &str) -> bool {
+        let Some(id) = self.ids.remove(endpoint) else {
+            return false;
+        };
+        let fresh = LruCache::unbounded_with_hasher(BuildPassThrough);
+        let lru = std::mem::replace(&mut self.lrus[id as usize], fresh);
+        let (word, mask) = (id as usize / 64, 1u64 << (id % 64));
+        for (h, ()) in lru.iter() {
+            clear_bit(&mut self.blocks, *h, word, mask);
+        }
+        self.free.push(id);
+        true
+    }
+
+    /// Gives memory back once tables are at most half full (after endpoints were forgotten).
+    fn shrink(&mut self) {
+        if self.blocks.len() <= self.blocks.capacity() / 2 {
+            self.blocks.shrink_to_fit();
+        }
+        if self.ids.len() <= self.ids.capacity() / 2 {
+            self.ids.shrink_to_fit();
+        }
+    }
 }
 
 impl PrefixIndex {
@@ -123,11 +203,16 @@ impl PrefixIndex {
         let id = match inner.ids.get(endpoint) {
             Some(id) => *id,
             None => {
-                let id = inner.lrus.len() as u32;
+                let id = match inner.free.pop() {
+                    Some(id) => id,
+                    None => {
+                        inner
+                            .lrus
+                            .push(LruCache::unbounded_with_hasher(BuildPassThrough));
+                        inner.lrus.len() as u32 - 1
+                    }
+                };
                 inner.ids.insert(endpoint.to_string(), id);
-                inner
-                    .lrus
-                    .push(LruCache::unbounded_with_hasher(BuildPassThrough));
                 id
             }
         };
@@ -145,12 +230,7 @@ impl PrefixIndex {
             set[word] |= mask;
             if lru.len() > self.lru_capacity {
                 if let Some((old, ())) = lru.pop_lru() {
-                    if let Some(set) = inner.blocks.get_mut(&old) {
-                        set[word] &= !mask;
-                        if set.iter().all(|w| *w == 0) {
-                            inner.blocks.remove(&old);
-                        }
-                    }
+                    clear_bit(&mut inner.blocks, old, word, mask);
                 }
             }
         }
@@ -163,6 +243,58 @@ impl PrefixIndex {
             .ids
             .get(endpoint)
             .map_or(0, |id| inner.lrus[*id as usize].len())
+    }
+
+    /// Forgets everything credited to `endpoint` (it left discovery, or its engine restarted
+    /// and lost its cache): later matches on it are 0 until new blocks are recorded. Returns
+    /// whether it had an entry.
+    pub fn forget(&self, endpoint: &str) -> bool {
+        let mut inner = self.inner.write();
+        let forgot = inner.forget(endpoint);
+        if forgot {
+            inner.shrink();
+        }
+        forgot
+    }
+
+    /// Forgets every endpoint for which `keep` is false (those that left discovery); returns
+    /// how many were forgotten. One write-lock hold for the whole sweep.
+    pub fn retain(&self, keep: impl Fn(&str) -> bool) -> usize {
+        let mut inner = self.inner.write();
+        let gone: Vec<String> = inner.ids.keys().filter(|n| !keep(n)).cloned().collect();
+        for name in &gone {
+            inner.forget(name);
+        }
+        if !gone.is_empty() {
+            inner.shrink();
+        }
+        gone.len()
+    }
+
+    /// Current size (see [`PrefixStats`]).
+    pub fn stats(&self) -> PrefixStats {
+        use std::mem::size_of;
+        let inner = self.inner.read();
+        let credits: usize = inner.lrus.iter().map(LruCache::len).sum();
+        // Slot = key + value + 1 control byte; bitset words on the heap.
+        let slot = size_of::<u64>() + size_of::<Vec<u64>>() + 1;
+        let words: usize = inner.blocks.values().map(|s| s.capacity() * 8).sum();
+        // An LRU node holds key, value and two links; its map slot one pointer and a key ref.
+        let lru_entry = size_of::<u64>() + 2 * size_of::<usize>() + 2 * size_of::<usize>() + 1;
+        let names: usize = inner.ids.keys().map(String::capacity).sum();
+        let id_slot = size_of::<String>() + size_of::<u32>() + 1;
+        PrefixStats {
+            endpoints: inner.ids.len(),
+            blocks: inner.blocks.len(),
+            credits,
+            bytes: inner.blocks.capacity() * slot
+                + words
+                + credits * lru_entry
+                + inner.lrus.capacity() * size_of::<LruCache<u64, (), BuildPassThrough>>()
+                + inner.ids.capacity() * id_slot
+                + names
+                + inner.free.capacity() * size_of::<u32>(),
+        }
     }
 }
 
@@ -203,6 +335,27 @@ mod tests {
         assert_eq!(ix.blocks_held("a"), 3);
         assert_eq!(ix.match_length(&[1, 2, 3], "a"), 2);
         assert_eq!(ix.match_length(&[1, 7], "a"), 2);
+    }
+
+    #[test]
+    fn forget_drops_credit_and_reuses_the_id() {
+        let ix = index(100);
+        ix.record("a", &[1, 2, 3]);
+        ix.record("b", &[1, 2]);
+        assert!(ix.forget("a"));
+        assert!(!ix.forget("a"));
+        assert_eq!(ix.match_length(&[1, 2, 3], "a"), 0);
+        assert_eq!(ix.match_length(&[1, 2, 3], "b"), 2);
+        let s = ix.stats();
+        assert_eq!((s.endpoints, s.blocks, s.credits), (1, 2, 2));
+        // A newcomer takes the freed id: the LRU table does not grow.
+        ix.record("c", &[1, 9]);
+        assert_eq!(ix.inner.read().lrus.len(), 2);
+        assert_eq!(ix.match_length(&[1, 9], "c"), 2);
+        assert_eq!(ix.retain(|n| n == "c"), 1);
+        let s = ix.stats();
+        assert_eq!((s.endpoints, s.blocks, s.credits), (1, 2, 2));
+        assert_eq!(ix.match_length(&[1, 2], "b"), 0);
     }
 
     #[test]

@@ -9,5 +9,5 @@ mod index;
 mod passthrough;
 
 pub use hash::{BlockHasher, BYTES_PER_TOKEN};
-pub use index::PrefixIndex;
+pub use index::{PrefixIndex, PrefixStats};
 pub use passthrough::BuildPassThrough;

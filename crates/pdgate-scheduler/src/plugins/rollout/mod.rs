@@ -44,6 +44,8 @@
 //!   - Metrics: gauge `pdgate_revision_share{revision}` per covered revision (none in
 //!     `disabled` mode; a revision that is no longer covered has no series), counters
 //!     `pdgate_revision_strict_misses_total` and `pdgate_revision_decisions_total{revision}`.
+//!   - Bounds: decision ids ≤ 65,536 (LRU); decision counts only for revisions that still
+//!     have an endpoint in the snapshot (a revision that left loses its count and series).
 //! - **Limitations:** shares are recomputed on the first request after an endpoint change
 //!   (cached by `Snapshot::version`, which must grow with every rebuild), so the gauges
 //!   describe the last snapshot a request was screened over. The draw is per request, not
@@ -256,6 +258,11 @@ impl RolloutScreener {
             return v.clone();
         }
         let eps: Vec<&Endpoint> = snap.endpoints.iter().map(|e| &e.endpoint).collect();
+        // Decision counts follow the revisions that still have endpoints (bounded state).
+        (self.chosen.lock()).retain(|rev, _| {
+            eps.iter()
+                .any(|e| e.labels.get(&self.gating.revision_label_key) == Some(rev))
+        });
         let v = Arc::new(View {
             version: snap.version,
             shares: shares::shares(&eps, &self.gating),

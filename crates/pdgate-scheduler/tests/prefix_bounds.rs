@@ -1,0 +1,66 @@
+//! The prefix index stays bounded by the fleet: a rollout that replaces every endpoint leaves
+//! it at the size of the fleet, and a name that comes back starts with no credit.
+
+use pdgate_scheduler::prefix::{BlockHasher, PrefixIndex, PrefixStats};
+
+const FLEET: usize = 50;
+const BLOCKS: u64 = 200;
+
+fn index() -> PrefixIndex {
+    let hasher = BlockHasher {
+        block_tokens: 16,
+        max_blocks: 256,
+    };
+    PrefixIndex::new(0, hasher, 1_000)
+}
+
+/// Block hashes of endpoint `i`'s conversation: one shared system-prompt block, then its own.
+fn blocks(i: usize) -> Vec<u64> {
+    std::iter::once(1)
+        .chain((0..BLOCKS).map(|b| 1_000_000 * (i as u64 + 1) + b))
+        .collect()
+}
+
+#[test]
+fn a_rollout_of_50_endpoints_leaves_the_index_at_the_50_endpoint_level() {
+    let ix = index();
+    for i in 0..FLEET {
+        ix.record(&format!("pod-{i}-a"), &blocks(i));
+    }
+    let before = ix.stats();
+    assert_eq!(
+        (before.endpoints, before.blocks, before.credits),
+        (
+            FLEET,
+            1 + FLEET * BLOCKS as usize,
+            FLEET * (BLOCKS as usize + 1)
+        )
+    );
+    let mut peak = PrefixStats::default();
+    for i in 0..FLEET {
+        // The new pod serves first, then the old one leaves discovery.
+        ix.record(&format!("pod-{i}-b"), &blocks(i));
+        peak.endpoints = peak.endpoints.max(ix.stats().endpoints);
+        let gone = format!("pod-{i}-a");
+        assert_eq!(ix.retain(|n| n != gone), 1);
+    }
+    let after = ix.stats();
+    println!(
+        "50-endpoint rollout: before {before:?}, peak endpoints {}, after {after:?}",
+        peak.endpoints
+    );
+    assert_eq!(peak.endpoints, FLEET + 1);
+    assert_eq!(
+        (after.endpoints, after.blocks, after.credits),
+        (before.endpoints, before.blocks, before.credits)
+    );
+    assert!(after.bytes <= before.bytes, "{after:?} vs {before:?}");
+    assert_eq!(ix.match_length(&blocks(7), "pod-7-a"), 0);
+    assert_eq!(ix.match_length(&blocks(7), "pod-7-b"), BLOCKS as usize + 1);
+
+    // A pod that restarts under the same name (forgotten, then seen again) has no credit.
+    assert!(ix.forget("pod-7-b"));
+    assert_eq!(ix.match_length(&blocks(7), "pod-7-b"), 0);
+    ix.record("pod-7-b", &blocks(7)[..1]);
+    assert_eq!(ix.match_length(&blocks(7), "pod-7-b"), 1);
+}

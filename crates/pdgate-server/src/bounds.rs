@@ -1,0 +1,87 @@
+//! What bounds every map keyed by endpoint, revision, session or request, and the wiring
+//! that makes state keyed by endpoint name forget endpoints that leave or restart.
+//!
+//! | state | keyed by | bound | forgets |
+//! |---|---|---|---|
+//! | endpoint load cells ([`crate::discovery::EndpointRegistry`]) | endpoint | endpoints of the current list | when the endpoint leaves (retired, dropped) |
+//! | prefix index ([`pdgate_scheduler::prefix::PrefixIndex`]) | endpoint, block hash | `lruCapacityPerServer` blocks × endpoints of the current list | on every endpoint change, endpoints that left; on an engine restart, that endpoint |
+//! | circuit breakers ([`crate::breaker::Breakers`]) | endpoint | endpoints of the current list | on every endpoint change, endpoints that left |
+//! | scrape tracking ([`crate::scrape`]) | endpoint | endpoints of the current list | endpoints that left, on the next tick |
+//! | sessions ([`crate::session::SessionTable`]) | `x-session-id` | 65,536 (LRU), 10 min TTL | least recently used; a binding to a departed endpoint is ignored and rebound |
+//! | revision decision ids (rollout screener) | `x-llm-d-revision-decision-id` | 65,536 (LRU) | least recently used |
+//! | revision decision counts (rollout screener) | revision | revisions with an endpoint in the snapshot | revisions that left, on the next screen or scrape |
+//! | per-endpoint metric series (`pdgate_in_flight`, `pdgate_endpoint_*`) | endpoint | endpoints of the current list | rebuilt on every `/metrics` read |
+//!
+//! A response that arrives after its endpoint left does not credit the prefix index (the
+//! endpoint is retired); a breaker outcome recorded then re-creates an entry that the next
+//! endpoint change sweeps, so such leftovers are bounded by the requests in flight when an
+//! endpoint leaves.
+
+use crate::breaker::Breakers;
+use crate::discovery::EndpointRegistry;
+use crate::scrape::OnRestart;
+use pdgate_scheduler::Scheduler;
+use std::collections::HashSet;
+use std::sync::Arc;
+
+/// Makes the prefix indexes of `scheduler` and the `breakers` forget every endpoint that is
+/// not in the registry's new snapshot, on each endpoint change.
+pub fn forget_departed(
+    registry: &EndpointRegistry,
+    scheduler: Arc<Scheduler>,
+    breakers: Arc<Breakers>,
+) {
+    registry.on_change(Box::new(move |snap| {
+        let names: HashSet<&str> = (snap.endpoints.iter())
+            .map(|e| e.endpoint.name.as_str())
+            .collect();
+        let dropped = scheduler.retain_endpoints(|n| names.contains(n));
+        breakers.forget(|n| names.contains(n));
+        if dropped > 0 {
+            tracing::info!(
+                endpoints = names.len(),
+                dropped,
+                "prefix-index entries of departed endpoints dropped"
+            );
+        }
+    }))
+}
+
+/// The scraper's restart callback: drops the endpoint's prefix-cache credit in `scheduler`.
+pub fn forget_on_restart(scheduler: Arc<Scheduler>) -> OnRestart {
+    Arc::new(move |endpoint: &str| {
+        scheduler.forget_endpoint(endpoint);
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::breaker::Outcome;
+    use pdgate_api::PromptInput;
+    use pdgate_scheduler::{Endpoint, SchedulingRequest};
+
+    #[test]
+    fn departed_endpoints_leave_the_prefix_index_and_the_breakers() {
+        let scheduler = Arc::new(
+            Scheduler::from_yaml(pdgate_scheduler::DEFAULT_CONFIG_YAML, "default").unwrap(),
+        );
+        let (registry, breakers) = (EndpointRegistry::default(), Arc::new(Breakers::default()));
+        forget_departed(&registry, scheduler.clone(), breakers.clone());
+        let ep = |n: &str| Endpoint::new(n, "127.0.0.1:1", Default::default());
+        registry.apply(vec![ep("a"), ep("b")]);
+        let prompt = PromptInput::Tokens((0..64).collect());
+        for _ in 0..2 {
+            let req = SchedulingRequest::new("r", "m", &prompt);
+            let picked = scheduler.schedule(&req, &registry.snapshot()).unwrap();
+            scheduler.response_received(&picked.decode, 200);
+        }
+        breakers.record("a", Outcome::Failure, tokio::time::Instant::now());
+        breakers.record("b", Outcome::Failure, tokio::time::Instant::now());
+        let held = scheduler.prefix_stats().endpoints;
+        assert!(held >= 1, "{held}");
+        registry.apply(vec![]);
+        assert_eq!(scheduler.prefix_stats().endpoints, 0);
+        assert!(breakers.snapshot().is_empty());
+    }
+}

@@ -1,0 +1,145 @@
+//! What the scraper concludes from one endpoint's successive scrapes: when it starts or stops
+//! answering (logged once per change, not every tick) and when its engine restarted (its
+//! prefix-cache credit is then dropped). Pure: no IO, no clock.
+
+/// The result of one `/metrics` scrape.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Scrape {
+    /// 200 with an exposition; `start_time` is its `process_start_time_seconds`, if any.
+    Answered {
+        /// `process_start_time_seconds` (Unix time, s).
+        start_time: Option<f64>,
+    },
+    /// Transport error, timeout or non-200.
+    Failed,
+}
+
+/// A change of an endpoint's scrape state, to be logged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Change {
+    /// It stopped answering (or never answered): first failure after success or start.
+    Failing,
+    /// It answers again after failing.
+    Recovered,
+}
+
+/// What one scrape means for the endpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Verdict {
+    /// A state change to log (`None`: same state as the previous scrape).
+    pub change: Option<Change>,
+    /// The engine restarted since the previous answer: what it cached is gone.
+    pub restarted: bool,
+}
+
+/// One endpoint's scrape history, as far as the verdicts need it.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct ScrapeHealth {
+    /// Outcome of the previous scrape; `None` before the first.
+    answered: Option<bool>,
+    /// `process_start_time_seconds` of the last answer that had it.
+    start_time: Option<f64>,
+}
+
+impl ScrapeHealth {
+    /// Folds in one scrape.
+    ///
+    /// Restart rule: a `process_start_time_seconds` different from the last one seen is a
+    /// restart. An engine that failed and answers again restarted unless both answers carry
+    /// the same start time (engines that do not export it lose their credit on every
+    /// recovery: a cache miss costs less than routing on blocks that are gone).
+    pub fn observe(&mut self, scrape: Scrape) -> Verdict {
+        let before = self.answered;
+        match scrape {
+            Scrape::Failed => {
+                self.answered = Some(false);
+                Verdict {
+                    change: (before != Some(false)).then_some(Change::Failing),
+                    restarted: false,
+                }
+            }
+            Scrape::Answered { start_time } => {
+                let same_start = match (self.start_time, start_time) {
+                    (Some(a), Some(b)) => Some(a == b),
+                    _ => None,
+                };
+                let restarted = match before {
+                    None => false,
+                    Some(true) => same_start == Some(false),
+                    Some(false) => same_start != Some(true),
+                };
+                self.answered = Some(true);
+                if start_time.is_some() {
+                    self.start_time = start_time;
+                }
+                Verdict {
+                    change: (before == Some(false)).then_some(Change::Recovered),
+                    restarted,
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ok(t: Option<f64>) -> Scrape {
+        Scrape::Answered { start_time: t }
+    }
+
+    fn run(scrapes: &[Scrape]) -> Vec<(Option<Change>, bool)> {
+        let mut h = ScrapeHealth::default();
+        (scrapes.iter())
+            .map(|s| h.observe(*s))
+            .map(|v| (v.change, v.restarted))
+            .collect()
+    }
+
+    #[test]
+    fn state_changes_are_reported_once_and_restarts_follow_the_start_time() {
+        use Change::*;
+        let (a, b) = (Some(100.0), Some(200.5));
+        // Steady answers, then a restart in place (new start time, no failure seen).
+        assert_eq!(
+            run(&[ok(a), ok(a), ok(b), ok(b)]),
+            [(None, false), (None, false), (None, true), (None, false)]
+        );
+        // Failing for three ticks, back with the same process: one log each way, no restart.
+        assert_eq!(
+            run(&[ok(a), Scrape::Failed, Scrape::Failed, Scrape::Failed, ok(a)]),
+            [
+                (None, false),
+                (Some(Failing), false),
+                (None, false),
+                (None, false),
+                (Some(Recovered), false)
+            ]
+        );
+        // Back with a new process.
+        assert_eq!(
+            run(&[ok(a), Scrape::Failed, ok(b)]),
+            [
+                (None, false),
+                (Some(Failing), false),
+                (Some(Recovered), true)
+            ]
+        );
+        // No start time exported: a recovery counts as a restart, steady answers do not.
+        assert_eq!(
+            run(&[ok(None), ok(None), Scrape::Failed, ok(None)]),
+            [
+                (None, false),
+                (None, false),
+                (Some(Failing), false),
+                (Some(Recovered), true)
+            ]
+        );
+        // Never answered yet: the first failure is logged; the first answer is a recovery.
+        assert_eq!(
+            run(&[Scrape::Failed, ok(a)]),
+            [(Some(Failing), false), (Some(Recovered), true)]
+        );
+    }
+}

@@ -1,0 +1,189 @@
+//! Engine metrics scraping and model discovery, outside the pick path.
+//!
+//! Every `interval`, each endpoint's `/metrics` is read and its gauges stored in the
+//! endpoint's [`EndpointLoad`]: `vllm:num_requests_running` and `vllm:num_requests_waiting`
+//! summed over series (one per engine), `vllm:kv_cache_usage_perc` (or the older
+//! `vllm:gpu_cache_usage_perc`) averaged over series (design.md §5.4). A gauge the engine does
+//! not export, or a failed scrape, is stored as unknown, never as 0. `/v1/models` is read
+//! while an endpoint's list is unknown, after a restart, and every `models_every` ticks; its
+//! model objects are stored verbatim per endpoint (requests are only scheduled on endpoints
+//! that serve their model; `/v1/models` of the router lists them).
+//!
+//! Each endpoint is scraped by its own task, bounded by `timeout` for the whole exchange
+//! (head and body); an endpoint whose previous scrape is still running is skipped that tick,
+//! so one slow engine delays no other. A failure is counted (`pdgate_scrape_errors_total`)
+//! and logged at warn level when the endpoint starts failing, at info when it answers again
+//! (not every tick). An engine restart — `process_start_time_seconds` changed, or a failing
+//! endpoint back without the same start time ([`health::ScrapeHealth::observe`]) — calls
+//! `on_restart` (the server drops its prefix-cache credit) and is counted in
+//! `pdgate_engine_restarts_total`.
+//!
+//! Bound: one tracking entry per endpoint of the current snapshot (entries of endpoints that
+//! left are dropped on the next tick), and at most one scrape in flight per endpoint.
+
+pub mod health;
+mod parse;
+
+pub use parse::{merge_model_cards, parse_engine_metrics, parse_model_cards, EngineGauges};
+
+use crate::discovery::EndpointRegistry;
+use crate::metrics::Metrics;
+use crate::upstream::Upstream;
+use health::{Change, Scrape, ScrapeHealth};
+use parking_lot::Mutex;
+use pdgate_scheduler::EndpointLoad;
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::task::JoinSet;
+
+/// Called with an endpoint's name when its engine restarted.
+pub type OnRestart = Arc<dyn Fn(&str) + Send + Sync>;
+
+/// How the scraper runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ScrapeSettings {
+    /// Time between scrapes of one endpoint.
+    pub interval: Duration,
+    /// Time allowed for one `/metrics` (or `/v1/models`) exchange, head and body.
+    pub timeout: Duration,
+    /// `/v1/models` is re-read every this many ticks (≥ 1).
+    pub models_every: u32,
+}
+
+/// Per-endpoint scrape state between ticks.
+#[derive(Default)]
+struct Tracked {
+    health: Mutex<ScrapeHealth>,
+    busy: AtomicBool,
+}
+
+/// Everything one endpoint's scrape needs.
+struct Job {
+    name: String,
+    address: String,
+    load: Arc<EndpointLoad>,
+    tracked: Arc<Tracked>,
+    want_models: bool,
+}
+
+/// Scrapes forever; abort the returned task to stop (its scrapes in flight stop with it).
+pub fn start(
+    registry: Arc<EndpointRegistry>,
+    upstream: Upstream,
+    metrics: Arc<Metrics>,
+    settings: ScrapeSettings,
+    on_restart: OnRestart,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(settings.interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut tracked: HashMap<String, Arc<Tracked>> = HashMap::new();
+        let mut scrapes = JoinSet::new();
+        let mut seen_version = u64::MAX;
+        let mut n = 0u32;
+        loop {
+            tick.tick().await;
+            while scrapes.try_join_next().is_some() {}
+            let snap = registry.snapshot();
+            if snap.version != seen_version {
+                let names: HashSet<&str> = snap
+                    .endpoints
+                    .iter()
+                    .map(|e| e.endpoint.name.as_str())
+                    .collect();
+                tracked.retain(|name, _| names.contains(name.as_str()));
+                seen_version = snap.version;
+            }
+            let periodic = n.is_multiple_of(settings.models_every.max(1));
+            n = n.wrapping_add(1);
+            for e in &snap.endpoints {
+                let t = tracked.entry(e.endpoint.name.clone()).or_default().clone();
+                if t.busy.swap(true, Ordering::AcqRel) {
+                    continue;
+                }
+                let job = Job {
+                    name: e.endpoint.name.clone(),
+                    address: e.endpoint.address.clone(),
+                    load: e.load.clone(),
+                    tracked: t,
+                    want_models: periodic || e.load.models().is_none(),
+                };
+                let (up, metrics, on_restart) =
+                    (upstream.clone(), metrics.clone(), on_restart.clone());
+                scrapes.spawn(async move {
+                    scrape_one(&job, &up, &metrics, settings.timeout, &on_restart).await;
+                    job.tracked.busy.store(false, Ordering::Release);
+                });
+            }
+        }
+    })
+}
+
+/// `GET path` bounded by `timeout` for head and body; `Err` names the failure.
+async fn fetch(
+    up: &Upstream,
+    job: &Job,
+    path: &str,
+    timeout: Duration,
+) -> Result<bytes::Bytes, String> {
+    match tokio::time::timeout(timeout, up.get(&job.name, &job.address, path, timeout)).await {
+        Ok(Ok((200, body))) => Ok(body),
+        Ok(Ok((status, _))) => Err(format!("status {status}")),
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(_) => Err(format!("timed out after {} ms", timeout.as_millis())),
+    }
+}
+
+async fn scrape_one(
+    job: &Job,
+    up: &Upstream,
+    metrics: &Metrics,
+    timeout: Duration,
+    on_restart: &OnRestart,
+) {
+    let (scrape, error) = match fetch(up, job, "/metrics", timeout).await {
+        Ok(body) => {
+            let g = parse_engine_metrics(&String::from_utf8_lossy(&body));
+            job.load.set_scraped(g.running, g.waiting, g.kv_usage);
+            let start_time = g.start_time;
+            (Scrape::Answered { start_time }, None)
+        }
+        Err(e) => {
+            metrics.scrape_errors.inc();
+            job.load.set_scraped(None, None, None);
+            (Scrape::Failed, Some(e))
+        }
+    };
+    job.load.set_reachable(error.is_none());
+    let verdict = job.tracked.health.lock().observe(scrape);
+    match verdict.change {
+        Some(Change::Failing) => tracing::warn!(
+            endpoint = %job.name, address = %job.address, error = error.as_deref().unwrap_or(""),
+            "engine /metrics scrape failing; its gauges are unknown until it answers"
+        ),
+        Some(Change::Recovered) => {
+            tracing::info!(endpoint = %job.name, "engine /metrics scrape answering again")
+        }
+        None => {}
+    }
+    if verdict.restarted {
+        metrics.engine_restarts.inc();
+        on_restart(&job.name);
+        tracing::warn!(
+            endpoint = %job.name,
+            "engine restarted (process_start_time_seconds changed, or back after failing); \
+             its prefix-cache credit is dropped"
+        );
+    }
+    if error.is_none() && (job.want_models || verdict.restarted) {
+        if let Some(cards) = fetch(up, job, "/v1/models", timeout)
+            .await
+            .ok()
+            .and_then(|b| parse_model_cards(&b))
+        {
+            job.load.set_model_cards(cards);
+        }
+    }
+}

@@ -1,0 +1,206 @@
+//! Reading an engine's `/metrics` exposition and `/v1/models` answer.
+
+/// Gauges read from one exposition.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct EngineGauges {
+    /// Σ `vllm:num_requests_running`.
+    pub running: Option<f64>,
+    /// Σ `vllm:num_requests_waiting`.
+    pub waiting: Option<f64>,
+    /// Mean `vllm:kv_cache_usage_perc` (0..1), else mean `vllm:gpu_cache_usage_perc`.
+    pub kv_usage: Option<f64>,
+    /// `process_start_time_seconds` (Unix time, s; the Prometheus client's process
+    /// collector, which vLLM's API server exports): a new value means the engine restarted.
+    /// The largest value when several series carry it.
+    pub start_time: Option<f64>,
+}
+
+/// Parses a Prometheus text exposition into [`EngineGauges`].
+///
+/// Only sample lines are read (`name{labels} value [timestamp]`); comments and unknown names
+/// are skipped, and a malformed line is skipped, not fatal. (The `prometheus-parse` crate
+/// rejects metric names with colons, which every vLLM metric has, hence this small reader.)
+pub fn parse_engine_metrics(text: &str) -> EngineGauges {
+    let mut sums: [(f64, u32); 4] = [(0.0, 0); 4];
+    let mut start_time: Option<f64> = None;
+    for line in text.lines() {
+        let line = line.trim_start();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let Some((name, value)) = sample(line) else {
+            continue;
+        };
+        let idx = match name {
+            "vllm:num_requests_running" => 0,
+            "vllm:num_requests_waiting" => 1,
+            "vllm:kv_cache_usage_perc" => 2,
+            "vllm:gpu_cache_usage_perc" => 3,
+            "process_start_time_seconds" if value.is_finite() => {
+                start_time = Some(start_time.map_or(value, |s| s.max(value)));
+                continue;
+            }
+            _ => continue,
+        };
+        if value.is_finite() {
+            sums[idx].0 += value;
+            sums[idx].1 += 1;
+        }
+    }
+    let sum = |i: usize| (sums[i].1 > 0).then_some(sums[i].0);
+    let mean = |i: usize| (sums[i].1 > 0).then(|| sums[i].0 / sums[i].1 as f64);
+    EngineGauges {
+        running: sum(0),
+        waiting: sum(1),
+        kv_usage: mean(2).or_else(|| mean(3)),
+        start_time,
+    }
+}
+
+/// Splits one sample line into metric name and value.
+fn sample(line: &str) -> Option<(&str, f64)> {
+    let name_end = line.find(|c: char| c == '{' || c.is_whitespace())?;
+    let name = &line[..name_end];
+    let mut rest = &line[name_end..];
+    if rest.starts_with('{') {
+        // Skip the label set, honouring quoted values that may contain `}`.
+        let mut in_quotes = false;
+        let mut escaped = false;
+        let mut close = None;
+        for (i, c) in rest.char_indices() {
+            match c {
+                _ if escaped => escaped = false,
+                '\\' if in_quotes => escaped = true,
+                '"' => in_quotes = !in_quotes,
+                '}' if !in_quotes => {
+                    close = Some(i);
+                    break;
+                }
+                _ => {}
+            }
+        }
+        rest = &rest[close? + 1..];
+    }
+    let value = rest.split_whitespace().next()?.parse().ok()?;
+    Some((name, value))
+}
+
+/// The model objects of an OpenAI `/v1/models` answer (`{"data": [{"id": …, …}]}`), kept
+/// verbatim; entries without a string `id` are dropped. `None` when the body is not such a
+/// list.
+pub fn parse_model_cards(body: &[u8]) -> Option<Vec<serde_json::Value>> {
+    let mut v: serde_json::Value = serde_json::from_slice(body).ok()?;
+    let data = v.get_mut("data")?.as_array_mut()?;
+    Some(
+        std::mem::take(data)
+            .into_iter()
+            .filter(|m| m.get("id").is_some_and(serde_json::Value::is_string))
+            .collect(),
+    )
+}
+
+/// The router's `/v1/models` list: the engines' model objects merged over the endpoints of
+/// `snapshot` by `id` — the first endpoint (in discovery order) listing an id gives its object,
+/// verbatim (`created`, `owned_by`, `root`, `parent`, `max_model_len`, `permission`, …) —
+/// sorted by id. An endpoint known only by model ids gets `{"id", "object": "model",
+/// "owned_by": "pdgate"}`.
+pub fn merge_model_cards(snapshot: &pdgate_scheduler::Snapshot) -> Vec<serde_json::Value> {
+    let mut out: std::collections::BTreeMap<String, serde_json::Value> = Default::default();
+    for e in &snapshot.endpoints {
+        let cards = match (e.load.model_cards(), e.load.models()) {
+            (Some(cards), _) => cards.to_vec(),
+            (None, Some(ids)) => (ids.iter())
+                .map(|id| serde_json::json!({"id": id, "object": "model", "owned_by": "pdgate"}))
+                .collect(),
+            (None, None) => continue,
+        };
+        for card in cards {
+            if let Some(id) = card.get("id").and_then(|v| v.as_str()) {
+                out.entry(id.to_string()).or_insert(card);
+            }
+        }
+    }
+    out.into_values().collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fixture(name: &str) -> String {
+        let path = format!(
+            "{}/../../../shared/fixtures/vllm-0.32-cpu/{name}",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
+    }
+
+    #[test]
+    fn sums_counts_averages_usage_and_keeps_missing_gauges_unknown() {
+        let text = "# TYPE vllm:num_requests_running gauge\n\
+            vllm:num_requests_waiting_by_reason{reason=\"a}b\"} 9\n\
+            not a sample line\n\
+            vllm:num_requests_running{engine=\"0\",model_name=\"m\"} 2\n\
+            vllm:num_requests_running{engine=\"1\",model_name=\"m\"} 3\n\
+            vllm:gpu_cache_usage_perc{engine=\"0\",model_name=\"m\"} 0.2\n\
+            vllm:gpu_cache_usage_perc{engine=\"1\",model_name=\"m\"} 0.4\n";
+        let g = parse_engine_metrics(text);
+        assert_eq!(g.running, Some(5.0));
+        assert_eq!(g.waiting, None);
+        assert_eq!(g.start_time, None);
+        assert!((g.kv_usage.unwrap() - 0.3).abs() < 1e-12);
+        let cards = parse_model_cards(
+            br#"{"object":"list","data":[{"id":"a","max_model_len":8},{"id":3},{"id":"b"}]}"#,
+        )
+        .unwrap();
+        assert_eq!(cards.len(), 2);
+        assert_eq!(
+            (cards[0]["id"].as_str(), cards[0]["max_model_len"].as_u64()),
+            (Some("a"), Some(8))
+        );
+        assert_eq!(parse_model_cards(b"<html>"), None);
+    }
+
+    #[test]
+    fn models_merge_by_id_first_seen_wins_fields_kept() {
+        use pdgate_scheduler::{Endpoint, EndpointLoad, EndpointState, Snapshot};
+        let state = |name: &str, cards: Option<serde_json::Value>| {
+            let load = std::sync::Arc::new(EndpointLoad::default());
+            if let Some(serde_json::Value::Array(c)) = cards {
+                load.set_model_cards(c);
+            }
+            std::sync::Arc::new(EndpointState {
+                endpoint: Endpoint::new(name, "127.0.0.1:1", Default::default()),
+                load,
+            })
+        };
+        let a = serde_json::json!([{"id": "m", "created": 1, "owned_by": "vllm", "max_model_len": 4096,
+            "root": "/models/m", "parent": null, "permission": [{"id": "p"}]}]);
+        let b = serde_json::json!([{"id": "m", "created": 2, "owned_by": "other"}, {"id": "lora", "parent": "m"}]);
+        let snap = Snapshot {
+            endpoints: vec![
+                state("a", Some(a.clone())),
+                state("b", Some(b)),
+                state("c", None),
+            ],
+            version: 1,
+        };
+        let merged = merge_model_cards(&snap);
+        assert_eq!(merged.len(), 2);
+        assert_eq!(merged[0], serde_json::json!({"id": "lora", "parent": "m"}));
+        assert_eq!(merged[1], a[0]);
+    }
+
+    #[test]
+    fn real_vllm_exposition_gives_gauges_and_start_time() {
+        let idle = parse_engine_metrics(&fixture("metrics.txt"));
+        assert_eq!(
+            (idle.running, idle.waiting, idle.kv_usage, idle.start_time),
+            (Some(0.0), Some(0.0), Some(0.0), Some(1.7959416738e9))
+        );
+        let busy = parse_engine_metrics(&fixture("metrics-under-load.txt"));
+        assert_eq!((busy.running, busy.waiting), (Some(5.0), Some(0.0)));
+        assert_eq!(busy.kv_usage, Some(0.014649331624244644));
+        assert_eq!(busy.start_time, Some(1.79610714098e9));
+    }
+}
