@@ -129,3 +129,7 @@ impl RequestContext {
         self.with(Slot::Main, |r| r.pick.take())
     }
 }
+
+#[cfg(test)]
+#[path = "ctx_tests.rs"]
+mod tests;

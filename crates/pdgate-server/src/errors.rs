@@ -151,3 +151,7 @@ impl IntoResponse for ApiError {
         resp
     }
 }
+
+#[cfg(test)]
+#[path = "errors_tests.rs"]
+mod tests;

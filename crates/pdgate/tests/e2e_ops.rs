@@ -2,12 +2,12 @@
 //! `/metrics`, a slow engine `/metrics` still read, readiness vs liveness, and `/v1/models`
 //! keeping the engines' own fields.
 
-mod ops_support;
+mod support;
 
-use ops_support::*;
 use pdgate_scheduler::DEFAULT_CONFIG_YAML;
 use serde_json::{json, Value};
 use std::time::Duration;
+use support::vllm::*;
 
 const LIMIT: Duration = Duration::from_secs(15);
 
@@ -54,14 +54,14 @@ async fn wait_for_lines(url: &str, lines: &[&str]) -> String {
 
 #[tokio::test]
 async fn engine_gauges_per_endpoint_and_a_slow_metrics_is_still_read() {
-    let fast = FakeEngine {
+    let fast = VllmEngine {
         metrics: exposition(3, 2, 0.25),
-        ..FakeEngine::default()
+        ..VllmEngine::default()
     };
-    let slow = FakeEngine {
+    let slow = VllmEngine {
         metrics: exposition(7, 1, 0.5),
         metrics_delay: Duration::from_millis(1500),
-        ..FakeEngine::default()
+        ..VllmEngine::default()
     };
     let (fast, slow) = (fast.start().await, slow.start().await);
     let eps = || {
@@ -154,7 +154,7 @@ async fn health_is_readiness_and_live_is_liveness() {
     assert_eq!(get_text(&format!("{url}/live")).await, (200, "ok".into()));
 
     // One engine comes up at a known address: ready again.
-    let up = FakeEngine::default().start().await;
+    let up = VllmEngine::default().start().await;
     r.state.registry.apply(vec![
         endpoint("d0", &down_a, "decode"),
         endpoint("d2", &up, "decode"),
@@ -182,14 +182,14 @@ async fn models_keep_the_engines_own_fields() {
         "permission": [{"id": "modelperm-1", "object": "model_permission", "allow_sampling": true}]});
     let lora = json!({"id": "tiny-lora", "object": "model", "created": 1_767_225_601u64,
         "owned_by": "vllm", "root": "/adapters/l", "parent": MODEL, "max_model_len": 4096});
-    let a = FakeEngine {
+    let a = VllmEngine {
         models: json!([card]),
-        ..FakeEngine::default()
+        ..VllmEngine::default()
     };
-    let b = FakeEngine {
+    let b = VllmEngine {
         // The same id from a second engine does not replace the first one's object.
         models: json!([{"id": MODEL, "object": "model", "created": 1, "owned_by": "other"}, lora]),
-        ..FakeEngine::default()
+        ..VllmEngine::default()
     };
     let (a, b) = (a.start().await, b.start().await);
     let r = router(

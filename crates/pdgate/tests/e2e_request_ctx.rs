@@ -197,19 +197,11 @@ async fn a_client_gone_mid_prefill_or_mid_stream_aborts_the_running_leg_on_the_e
     wait_until(five, "bookings released", || h.state.in_flight_total() == 0).await;
 }
 
-/// An address nobody listens on.
-async fn closed_port() -> String {
-    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = l.local_addr().unwrap().to_string();
-    drop(l);
-    addr
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unreachable_prefill_gets_the_same_answer_from_the_first_request_on() {
     let d = worker("decode-0", "decode", fast()).await;
     let labels = support::labels("prefill", None);
-    let dead = Endpoint::new("prefill-dead", closed_port().await, labels);
+    let dead = Endpoint::new("prefill-dead", support::vllm::dead_address().await, labels);
     for policy in [PrefillFallback::Aggregated, PrefillFallback::Fail] {
         let mut eps = endpoints([&d]);
         eps.insert(0, dead.clone());

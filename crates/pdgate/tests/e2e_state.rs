@@ -2,12 +2,12 @@
 //! endpoint leaves the prefix index at the size of the fleet, a name that comes back gets no
 //! credit, and an engine restarted in place loses its credit.
 
-mod ops_support;
+mod support;
 
-use ops_support::*;
 use pdgate_scenario::fleet::{self, FleetSpec};
 use pdgate_scheduler::DEFAULT_CONFIG_YAML;
 use std::time::Duration;
+use support::vllm::*;
 
 const FLEET: usize = 50;
 
@@ -22,7 +22,7 @@ fn pin(name: &str) -> [(&'static str, &str); 1] {
 
 #[tokio::test]
 async fn a_rollout_of_50_endpoints_leaves_the_prefix_index_at_the_50_endpoint_level() {
-    let engine = FakeEngine::default().start().await;
+    let engine = VllmEngine::default().start().await;
     let ep = |name: &str| endpoint(name, &engine, "decode");
     let prefill = endpoint("prefill-0", &engine, "prefill");
     let mut names: Vec<String> = (0..FLEET).map(|i| format!("pod-{i}-a")).collect();

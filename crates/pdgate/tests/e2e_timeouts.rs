@@ -2,7 +2,11 @@
 //! and fake engines run in one runtime on loopback, so a 65 s generation or a 300 s stall
 //! takes no wall time. A non-streamed answer that takes 65 s is a 200 and never counts as a
 //! failure; a head followed by silence ends a streamed leg with an SSE error event after the
-//! idle timeout, and a non-streamed one with a 504, not retried.
+//! idle timeout, and a non-streamed one with a 504, not retried. Also the other rows of the
+//! failure rule that need a fake engine: an error object written as a bare JSON line inside
+//! a 200 SSE stream, and a refused connection retried elsewhere.
+
+mod support;
 
 use axum::body::Body;
 use axum::response::Response;
@@ -26,6 +30,8 @@ enum Answer {
     SseThenSilence,
     /// A JSON head, then nothing.
     HeadThenSilence,
+    /// A 200 SSE stream with one chunk, then vLLM's error object as a bare JSON line.
+    BareErrorLine,
 }
 
 /// What a fake engine saw: requests, and bodies dropped before their end (the client of
@@ -93,6 +99,14 @@ async fn reply(answer: Answer, seen: Arc<Seen>) -> Response {
         Answer::SseThenSilence => Response::builder()
             .header("content-type", "text/event-stream")
             .body(silent("data: {\"choices\":[{\"text\":\"he\"}]}\n\n"))
+            .unwrap(),
+        Answer::BareErrorLine => Response::builder()
+            .header("content-type", "text/event-stream")
+            .body(Body::from(
+                "data: {\"choices\":[{\"text\":\"he\"}]}\n\n\
+                 {\"object\":\"error\",\"message\":\"engine died\",\"type\":\"InternalServerError\",\"param\":null,\"code\":500}\n\
+                 data: {\"choices\":[{\"text\":\"never\"}]}\n\n",
+            ))
             .unwrap(),
         Answer::HeadThenSilence => Response::builder()
             .header("content-type", "application/json")
@@ -242,5 +256,64 @@ async fn a_silent_non_streamed_body_is_a_504_after_the_body_timeout_and_not_retr
             "pdgate_upstream_failures_total{kind=\"body_timeout\",phase=\"aggregated\"}"
         ),
         1.0
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_bare_json_error_line_in_a_stream_becomes_an_sse_error_event_and_ends_it() {
+    let (a, _) = engine(Answer::BareErrorLine).await;
+    let h = router(&[&a]).await;
+    let r = post(&h, true).await;
+    assert_eq!(r.status(), 200);
+    let text = r.text().await.unwrap();
+    assert_eq!(
+        text,
+        "data: {\"choices\":[{\"text\":\"he\"}]}\n\n\
+         data: {\"error\":{\"code\":500,\"message\":\"engine died\",\"param\":null,\"type\":\"InternalServerError\"}}\n\n\
+         data: [DONE]\n\n"
+    );
+    let m = metrics(&h).await;
+    assert_eq!(
+        metric(&m, "pdgate_stream_errors_total{kind=\"engine_error\"}"),
+        1.0
+    );
+    assert_eq!(h.state.in_flight_total(), 0);
+    // The engine's own error is not the endpoint's ill health.
+    assert!(h.state.breakers.snapshot().is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_refused_connection_is_retried_on_another_endpoint() {
+    let dead = support::vllm::dead_address().await;
+    let (b, seen_b) = engine(Answer::After(Duration::from_millis(10))).await;
+    let h = router(&[&dead, &b]).await;
+    // Bind the session to the dead endpoint so that it is tried first.
+    (h.state.sessions).bind_names("s", None, Some("e0".into()), Instant::now());
+    let r = reqwest::Client::new()
+        .post(format!("http://{}/v1/completions", h.addr))
+        .header("x-session-id", "s")
+        .json(&json!({"model": "m", "prompt": "hi there", "max_tokens": 5}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["x-pdgate-decode-endpoint"], "e1");
+    assert_eq!(seen_b.requests.load(Ordering::SeqCst), 1);
+    let m = metrics(&h).await;
+    assert_eq!(
+        metric(
+            &m,
+            "pdgate_upstream_failures_total{kind=\"connect_refused\",phase=\"aggregated\"}"
+        ),
+        1.0
+    );
+    assert_eq!(
+        metric(&m, "pdgate_retries_total{phase=\"aggregated\"}"),
+        1.0
+    );
+    assert_eq!(
+        h.state.breakers.snapshot()[0].2,
+        1,
+        "one failure on e0's breaker"
     );
 }

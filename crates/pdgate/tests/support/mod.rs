@@ -5,8 +5,12 @@
 //! fake engine ([`fake_engine`]), endpoint lists ([`endpoints`], [`endpoints_yaml`]), request
 //! bodies ([`body`]) and a bounded [`wait_until`]. Everything listens on 127.0.0.1, port 0.
 //!
+//! [`vllm`] adds a fake vLLM engine with a configurable `/metrics` and `/v1/models`.
+//!
 //! Not every test file uses every helper, hence the module-wide `dead_code` allowance.
 #![allow(dead_code)]
+
+pub mod vllm;
 
 use axum::response::Response;
 use bytes::Bytes;

@@ -55,6 +55,7 @@
 //!   routers share no draws. Two instances of this plugin share the request-state key.
 //!   Source: llm-d disaggregatedset rollout screener; design.md §5.1.
 
+mod decisions;
 pub mod selector;
 pub mod shares;
 
@@ -67,6 +68,7 @@ use crate::plugin::{
 use crate::plugins::label_selector_filter::{LabelSelector, Operator, Requirement};
 use crate::registry::{decode, effective, BuildCtx, Built, PluginError, PluginType, Stage};
 use crate::request::RequestCtx;
+use arc_swap::ArcSwapOption;
 use lru::LruCache;
 use parking_lot::Mutex;
 use pdgate_api::headers::{DISAGG_REVISION, REVISION_DECISION_ID};
@@ -156,10 +158,12 @@ impl View {
 pub struct RolloutScreener {
     gating: Gating,
     header: String,
-    view: Mutex<Option<Arc<View>>>,
+    /// The shares of the last snapshot screened; read without a lock on the per-request path
+    /// (a stale version is recomputed and swapped in; two threads may both compute it).
+    view: ArcSwapOption<View>,
     decisions: Mutex<LruCache<String, String>>,
     strict_misses: AtomicU64,
-    chosen: Mutex<BTreeMap<String, u64>>,
+    chosen: decisions::DecisionCounts,
 }
 
 fn check_label_key(field: &str, key: &str) -> Result<(), PluginError> {
@@ -230,10 +234,10 @@ impl RolloutScreener {
                 role_label_key: g.role_label_key.clone(),
             },
             header: g.revision_header_name.clone(),
-            view: Mutex::new(None),
+            view: ArcSwapOption::empty(),
             decisions: Mutex::new(LruCache::new(capacity)),
             strict_misses: AtomicU64::new(0),
-            chosen: Mutex::new(BTreeMap::new()),
+            chosen: decisions::DecisionCounts::default(),
         })
     }
 
@@ -245,7 +249,7 @@ impl RolloutScreener {
     /// The shares computed for the last snapshot screened (empty before the first request).
     pub fn current_shares(&self) -> Vec<(String, f64)> {
         self.view
-            .lock()
+            .load()
             .as_ref()
             .map(|v| v.shares.clone())
             .unwrap_or_default()
@@ -253,21 +257,24 @@ impl RolloutScreener {
 
     /// The shares of `snap`, recomputed only when its version differs from the cached one.
     fn view(&self, snap: &Snapshot) -> Arc<View> {
-        let mut cached = self.view.lock();
-        if let Some(v) = cached.as_ref().filter(|v| v.version == snap.version) {
-            return v.clone();
+        if let Some(v) = self.view.load_full().filter(|v| v.version == snap.version) {
+            return v;
         }
         let eps: Vec<&Endpoint> = snap.endpoints.iter().map(|e| &e.endpoint).collect();
         // Decision counts follow the revisions that still have endpoints (bounded state).
-        (self.chosen.lock()).retain(|rev, _| {
-            eps.iter()
-                .any(|e| e.labels.get(&self.gating.revision_label_key) == Some(rev))
+        self.chosen.retain(|rev| {
+            eps.iter().any(|e| {
+                e.labels
+                    .get(&self.gating.revision_label_key)
+                    .map(String::as_str)
+                    == Some(rev)
+            })
         });
         let v = Arc::new(View {
             version: snap.version,
             shares: shares::shares(&eps, &self.gating),
         });
-        *cached = Some(v.clone());
+        self.view.store(Some(v.clone()));
         v
     }
 
@@ -335,15 +342,7 @@ impl Screener for RolloutScreener {
                 ctx.model()
             ));
         }
-        {
-            let mut counts = self.chosen.lock();
-            match counts.get_mut(&chosen) {
-                Some(n) => *n += 1,
-                None => {
-                    counts.insert(chosen.clone(), 1);
-                }
-            }
-        }
+        self.chosen.count(&chosen);
         ctx.state().set(REVISION_STATE_KEY, chosen);
         Ok(())
     }
@@ -395,13 +394,13 @@ impl MetricsSource for RolloutScreener {
             labels: vec![],
             value: self.strict_misses.load(Ordering::Relaxed) as f64,
         });
-        for (rev, n) in self.chosen.lock().iter() {
+        for (rev, n) in self.chosen.snapshot() {
             out.push(PluginMetric {
                 name: "pdgate_revision_decisions_total",
                 help: "Requests screened to each revision (drawn or strict).",
                 kind: MetricKind::Counter,
-                labels: vec![("revision", rev.clone())],
-                value: *n as f64,
+                labels: vec![("revision", rev)],
+                value: n as f64,
             });
         }
     }

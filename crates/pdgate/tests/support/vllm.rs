@@ -1,7 +1,6 @@
-//! Helpers of the state and operability end-to-end tests (`e2e_state.rs`, `e2e_ops.rs`): a
-//! fake vLLM engine with a configurable `/metrics` (text, delay) and `/v1/models`, requests to
-//! the router, and bounded waits. (To be folded into the shared `support` module.)
-#![allow(dead_code)]
+//! A fake vLLM engine with a configurable `/metrics` (text, delay) and `/v1/models`
+//! ([`VllmEngine`]), plain completions against a router ([`complete`]), and an async bounded
+//! wait ([`wait_for`]): the state and operability tests' part of the shared support module.
 
 use axum::routing::{get, post};
 use serde_json::{json, Value};
@@ -12,7 +11,7 @@ pub const MODEL: &str = "pdgate-sim";
 
 /// What a fake engine answers.
 #[derive(Clone)]
-pub struct FakeEngine {
+pub struct VllmEngine {
     /// `/metrics` body.
     pub metrics: String,
     /// Time before `/metrics` answers.
@@ -21,9 +20,9 @@ pub struct FakeEngine {
     pub models: Value,
 }
 
-impl Default for FakeEngine {
+impl Default for VllmEngine {
     fn default() -> Self {
-        FakeEngine {
+        VllmEngine {
             metrics: "vllm:num_requests_running{engine=\"0\",model_name=\"m\"} 0\n".into(),
             metrics_delay: Duration::ZERO,
             models: json!([{"id": MODEL, "object": "model"}]),
@@ -42,7 +41,7 @@ fn completion() -> Value {
             "remote_port": 1, "remote_request_id": "r"}})
 }
 
-impl FakeEngine {
+impl VllmEngine {
     /// Serves the engine on 127.0.0.1:0; returns its `host:port`.
     pub async fn start(self) -> String {
         let (metrics, delay) = (self.metrics.clone(), self.metrics_delay);

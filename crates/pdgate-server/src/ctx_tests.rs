@@ -1,0 +1,100 @@
+//! Unit tests of `ctx.rs`: the request context owns each phase's booking, and replacing a
+//! pick (a retry) moves it.
+
+use super::*;
+use pdgate_scheduler::{
+    Endpoint, EndpointLoad, EndpointState, Scheduler, SchedulingRequest, Snapshot,
+    DEFAULT_CONFIG_YAML,
+};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+fn snapshot(names: &[(&str, &str)]) -> Snapshot {
+    let endpoints = names
+        .iter()
+        .map(|(n, role)| {
+            let labels = BTreeMap::from([("llm-d.ai/role".to_string(), role.to_string())]);
+            Arc::new(EndpointState {
+                endpoint: Endpoint::new(*n, format!("{n}:1"), labels),
+                load: Arc::new(EndpointLoad::default()),
+            })
+        })
+        .collect();
+    Snapshot {
+        endpoints,
+        version: 1,
+    }
+}
+
+fn in_flight(s: &Snapshot, name: &str) -> u32 {
+    s.get(name).unwrap().load.in_flight()
+}
+
+fn schedule(s: &Snapshot, profile: Option<&str>) -> SchedulingResult {
+    let sched = Scheduler::from_yaml(DEFAULT_CONFIG_YAML, "default").unwrap();
+    let prompt = pdgate_api::PromptInput::Tokens((0..64).collect());
+    let req = SchedulingRequest {
+        profile,
+        ..SchedulingRequest::new("r1", "m", &prompt)
+    };
+    sched.schedule(&req, s).unwrap()
+}
+
+#[test]
+fn the_context_owns_the_bookings_until_they_are_taken_or_it_ends() {
+    let s = snapshot(&[("p0", "prefill"), ("d0", "decode")]);
+    let result = schedule(&s, None);
+    assert!(
+        result.prefill.is_some(),
+        "a 64-token uncached prompt is split"
+    );
+    let ctx = RequestContext::new(Some(result), true);
+    assert_eq!((in_flight(&s, "p0"), in_flight(&s, "d0")), (1, 1));
+    assert_eq!(ctx.served(Slot::Prefill).0, Some(Phase::Prefill));
+    assert_eq!(ctx.served(Slot::Main).0, Some(Phase::Decode));
+    // The prefill leg answered 2xx: its booking ends now, completed.
+    ctx.with(Slot::Prefill, |r| r.status = Some(200));
+    ctx.finish_prefill();
+    assert_eq!((in_flight(&s, "p0"), in_flight(&s, "d0")), (0, 1));
+    // The main booking moves to the response body; dropping it releases it.
+    let main = ctx.take_main_pick().unwrap();
+    drop(ctx);
+    assert_eq!(in_flight(&s, "d0"), 1, "the body holds it");
+    drop(main);
+    assert_eq!(in_flight(&s, "d0"), 0);
+}
+
+#[test]
+fn a_replaced_pick_ends_the_old_booking_and_a_dropped_context_ends_all() {
+    let s = snapshot(&[("d0", "decode"), ("d1", "decode")]);
+    let first = schedule(&s, Some("decode"));
+    let retry = schedule(&s, Some("decode"));
+    let (a, b) = (
+        first.decode.endpoint.endpoint.name.clone(),
+        retry.decode.endpoint.endpoint.name.clone(),
+    );
+    assert_ne!(
+        a, b,
+        "the second pick spreads to the other endpoint (booked load)"
+    );
+    let ctx = RequestContext::new(Some(first), false);
+    assert_eq!(ctx.served(Slot::Main).0, Some(Phase::Decode));
+    ctx.with(Slot::Main, |r| r.pick = Some(retry.decode));
+    assert_eq!(
+        (in_flight(&s, &a), in_flight(&s, &b)),
+        (0, 1),
+        "booking moved"
+    );
+    // A split that was not planned keeps no prefill pick.
+    assert!(ctx.with(Slot::Prefill, |r| r.pick.is_none() && r.phase.is_none()));
+    drop(ctx);
+    assert_eq!(in_flight(&s, &b), 0, "client gone: every booking released");
+}
+
+#[test]
+fn slots_follow_phases() {
+    assert_eq!(Slot::of(Phase::Prefill), Some(Slot::Prefill));
+    assert_eq!(Slot::of(Phase::Decode), Some(Slot::Main));
+    assert_eq!(Slot::of(Phase::Aggregated), Some(Slot::Main));
+    assert_eq!(Slot::of(Phase::Encode), None);
+}
