@@ -130,6 +130,12 @@ impl IntoResponse for ApiError {
             resp.headers_mut()
                 .insert(http::header::CONNECTION, HeaderValue::from_static("close"));
         }
+        if let ApiError::Pipeline(PipelineError::PrefillUnavailable { reason }) = &self {
+            if let Ok(v) = HeaderValue::from_str(reason) {
+                resp.headers_mut()
+                    .insert(crate::forward::FALLBACK_REASON, v);
+            }
+        }
         if let ApiError::Rejected(r) = &self {
             if let Rejection::Saturated { .. } = r.reason {
                 if let Ok(v) = HeaderValue::from_str(&r.reason.to_string()) {
