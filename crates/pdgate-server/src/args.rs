@@ -37,12 +37,14 @@ pub struct ServeArgs {
     /// Request body limit, bytes.
     #[arg(long, default_value_t = DEFAULT_MAX_BODY_BYTES)]
     pub max_body_bytes: usize,
-    /// Engine /metrics scrape interval, ms.
-    #[arg(long, default_value_t = DEFAULT_SCRAPE_INTERVAL_MS)]
+    /// Engine /metrics scrape interval, ms (at least 1).
+    #[arg(long, default_value_t = DEFAULT_SCRAPE_INTERVAL_MS,
+          value_parser = clap::value_parser!(u64).range(1..))]
     pub scrape_interval_ms: u64,
     /// Time allowed for one engine /metrics scrape (response head and body), ms; an engine
     /// slower than this is marked unknown for that tick.
-    #[arg(long, default_value_t = DEFAULT_SCRAPE_TIMEOUT_MS)]
+    #[arg(long, default_value_t = DEFAULT_SCRAPE_TIMEOUT_MS,
+          value_parser = clap::value_parser!(u64).range(1..))]
     pub scrape_timeout_ms: u64,
     /// Upstream timeouts, retries, breakers, prefill-unavailable policy.
     #[command(flatten)]

@@ -187,6 +187,14 @@ impl<'a> EngineDispatch<'a> {
             if let Some(o) = outcome {
                 breakers.record(&name, o, Instant::now());
             }
+            if let LegEvent::Answered(status @ 500..) = event {
+                leg_send::count_failure(
+                    self.state,
+                    &leg,
+                    FailureKind::Status(status),
+                    &format!("answered {status}"),
+                );
+            }
             drop(admission);
             if verdict.retry && policy.may_retry(attempt, pick.pinned, false) {
                 failed.push(name);

@@ -131,10 +131,10 @@ impl IntoResponse for ApiError {
                 .insert(http::header::CONNECTION, HeaderValue::from_static("close"));
         }
         if let ApiError::Pipeline(PipelineError::PrefillUnavailable { reason }) = &self {
-            if let Ok(v) = HeaderValue::from_str(reason) {
-                resp.headers_mut()
-                    .insert(crate::forward::FALLBACK_REASON, v);
-            }
+            resp.headers_mut().insert(
+                crate::forward::FALLBACK_REASON,
+                crate::forward::reason_header(reason),
+            );
         }
         if let ApiError::Rejected(r) = &self {
             if let Rejection::Saturated { .. } = r.reason {

@@ -115,3 +115,15 @@ fn a_failed_leg_names_its_phase_endpoint_and_cause() {
     let e = DispatchError::new(FailureKind::Status(503), "e1", "answered 503: busy");
     assert_eq!(e.to_string(), "upstream e1 answered 503: busy");
 }
+
+#[test]
+fn a_fallback_reason_header_is_visible_ascii_and_short() {
+    let h = crate::forward::reason_header(
+        "upstream p0 answered 503: overloaded \u{e9}\u{4e2d}\n\r\0 x",
+    );
+    assert_eq!(h, "upstream p0 answered 503: overloaded ????? x");
+    let long = "x".repeat(500);
+    let h = crate::forward::reason_header(&long);
+    assert_eq!(h.len(), 203);
+    assert!(h.to_str().unwrap().ends_with("x..."));
+}

@@ -107,12 +107,34 @@ pub async fn forward<D: Dispatcher<Body = LegBody>>(
     };
     served.stamp(resp.headers_mut());
     if let Some(reason) = &trace.fallback {
-        if let Ok(v) = HeaderValue::from_str(reason) {
-            resp.headers_mut().insert(FALLBACK_REASON, v);
-        }
+        resp.headers_mut()
+            .insert(FALLBACK_REASON, reason_header(reason));
     }
     resp.headers_mut().insert(headers::REQUEST_ID, rid.clone());
     resp
+}
+
+/// Longest fallback reason put in a header, bytes.
+pub const REASON_HEADER_MAX: usize = 200;
+
+/// `reason` as a header value: visible ASCII only (anything else, control characters and
+/// non-ASCII included, becomes `?`), at most [`REASON_HEADER_MAX`] bytes (then `…` as `...`).
+pub fn reason_header(reason: &str) -> HeaderValue {
+    let mut s: String = reason
+        .chars()
+        .map(|c| {
+            if c == ' ' || c.is_ascii_graphic() {
+                c
+            } else {
+                '?'
+            }
+        })
+        .take(REASON_HEADER_MAX)
+        .collect();
+    if reason.chars().count() > REASON_HEADER_MAX {
+        s.push_str("...");
+    }
+    HeaderValue::from_str(&s).unwrap_or(HeaderValue::from_static("prefill unavailable"))
 }
 
 /// Counts and logs the prefill-unavailable policy when it applied.

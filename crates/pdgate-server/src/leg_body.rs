@@ -25,6 +25,13 @@ pub enum LegBodyError {
     Broken(String),
 }
 
+/// `now + d`, saturating far in the future instead of overflowing.
+pub fn later(d: Duration) -> Instant {
+    let now = Instant::now();
+    now.checked_add(d)
+        .unwrap_or_else(|| now + Duration::from_secs(crate::resilience_args::MAX_TIMEOUT_SECS))
+}
+
 /// The body of one leg (see the module docs).
 pub struct LegBody {
     inner: Inner,
@@ -48,7 +55,7 @@ impl LegBody {
             inner: Inner::Streamed {
                 body,
                 idle,
-                idle_timer: Box::pin(tokio::time::sleep(idle)),
+                idle_timer: Box::pin(tokio::time::sleep_until(later(idle))),
                 deadline: deadline.map(|d| Box::pin(tokio::time::sleep_until(d))),
             },
         }
@@ -92,7 +99,7 @@ impl Body for LegBody {
                 deadline,
             } => match Pin::new(body).poll_frame(cx) {
                 Poll::Ready(Some(Ok(frame))) => {
-                    idle_timer.as_mut().reset(Instant::now() + *idle);
+                    idle_timer.as_mut().reset(later(*idle));
                     Poll::Ready(Some(Ok(frame)))
                 }
                 Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(LegBodyError::Broken(

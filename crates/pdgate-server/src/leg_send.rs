@@ -58,19 +58,25 @@ pub async fn send(
                 .observe_upstream(phase, started.elapsed().as_secs_f64());
         }
         Err(e) => {
-            let kind = failure::kind_label(e.kind);
             state.metrics.count_phase(phase, "error");
-            state
-                .metrics
-                .upstream_failures
-                .with_label_values(&[phase, kind])
-                .inc();
-            if crate::log_limit::allow(&crate::log_limit::UPSTREAM_FAILURES) {
-                tracing::warn!(phase, endpoint = %leg.target.name, kind, error = %e, "upstream leg failed");
-            }
+            count_failure(state, leg, e.kind, &e.to_string());
         }
     }
     result
+}
+
+/// Counts (`pdgate_upstream_failures_total{phase, kind}`) and logs (rate-limited) one failed
+/// try of `leg`: no usable response, or a 5xx answer (`kind` = `Status`).
+pub fn count_failure(state: &AppState, leg: &PhaseRequest, kind: FailureKind, error: &str) {
+    let (phase, kind) = (leg.phase.as_str(), failure::kind_label(kind));
+    state
+        .metrics
+        .upstream_failures
+        .with_label_values(&[phase, kind])
+        .inc();
+    if crate::log_limit::allow(&crate::log_limit::UPSTREAM_FAILURES) {
+        tracing::warn!(phase, endpoint = %leg.target.name, kind, error, "upstream leg failed");
+    }
 }
 
 /// Reads a whole leg body (a prefill answer, an error body): immediate for a body read

@@ -14,45 +14,72 @@ use crate::timeouts::{
 use pdgate_coordinator::PrefillFallback;
 use std::time::Duration;
 
-/// The flags (flattened into `pdgate serve`).
+/// The longest timeout a flag takes, s (one year): longer would overflow clock arithmetic and
+/// means nothing for a request.
+pub const MAX_TIMEOUT_SECS: u64 = 365 * 24 * 3600;
+
+fn secs(s: &str) -> Result<u64, String> {
+    let v: u64 = s
+        .parse()
+        .map_err(|e| format!("`{s}` is not a number of seconds: {e}"))?;
+    if (1..=MAX_TIMEOUT_SECS).contains(&v) {
+        Ok(v)
+    } else {
+        Err(format!("must be within 1..={MAX_TIMEOUT_SECS} s"))
+    }
+}
+
+fn millis(s: &str) -> Result<u64, String> {
+    let v: u64 = s
+        .parse()
+        .map_err(|e| format!("`{s}` is not a number of milliseconds: {e}"))?;
+    if (1..=MAX_TIMEOUT_SECS * 1000).contains(&v) {
+        Ok(v)
+    } else {
+        Err(format!("must be within 1..={} ms", MAX_TIMEOUT_SECS * 1000))
+    }
+}
+
+/// The flags (flattened into `pdgate serve`). Timeouts are 1 s to one year (0 would cut every
+/// leg at once); tries, failure threshold and probes are at least 1.
 #[derive(Debug, Clone, clap::Args)]
 pub struct ResilienceArgs {
     /// TCP connect timeout to an upstream, s.
-    #[arg(long, env = "PDGATE_CONNECT_TIMEOUT_SECS", default_value_t = DEFAULT_CONNECT_TIMEOUT_SECS)]
+    #[arg(long, env = "PDGATE_CONNECT_TIMEOUT_SECS", value_parser = secs, default_value_t = DEFAULT_CONNECT_TIMEOUT_SECS)]
     pub connect_timeout_secs: u64,
     /// Streamed leg: time to the response head, s (`--upstream-timeout-secs` is its old name).
-    #[arg(long, alias = "upstream-timeout-secs", env = "PDGATE_STREAM_HEAD_TIMEOUT_SECS",
+    #[arg(long, alias = "upstream-timeout-secs", env = "PDGATE_STREAM_HEAD_TIMEOUT_SECS", value_parser = secs,
           default_value_t = DEFAULT_STREAM_HEAD_TIMEOUT_SECS)]
     pub stream_head_timeout_secs: u64,
     /// Streamed leg: longest gap between two chunks, s.
-    #[arg(long, env = "PDGATE_STREAM_IDLE_TIMEOUT_SECS", default_value_t = DEFAULT_STREAM_IDLE_TIMEOUT_SECS)]
+    #[arg(long, env = "PDGATE_STREAM_IDLE_TIMEOUT_SECS", value_parser = secs, default_value_t = DEFAULT_STREAM_IDLE_TIMEOUT_SECS)]
     pub stream_idle_timeout_secs: u64,
     /// Streamed leg: cap on the whole leg, s [default: none].
-    #[arg(long, env = "PDGATE_STREAM_TOTAL_TIMEOUT_SECS")]
+    #[arg(long, env = "PDGATE_STREAM_TOTAL_TIMEOUT_SECS", value_parser = secs)]
     pub stream_total_timeout_secs: Option<u64>,
     /// Non-streamed and prefill legs: total deadline (head and body), s.
-    #[arg(long, env = "PDGATE_LEG_DEADLINE_SECS", default_value_t = DEFAULT_LEG_DEADLINE_SECS)]
+    #[arg(long, env = "PDGATE_LEG_DEADLINE_SECS", value_parser = secs, default_value_t = DEFAULT_LEG_DEADLINE_SECS)]
     pub leg_deadline_secs: u64,
     /// Non-streamed and prefill legs: time for the body once the head has come, s.
-    #[arg(long, env = "PDGATE_BODY_TIMEOUT_SECS", default_value_t = DEFAULT_BODY_TIMEOUT_SECS)]
+    #[arg(long, env = "PDGATE_BODY_TIMEOUT_SECS", value_parser = secs, default_value_t = DEFAULT_BODY_TIMEOUT_SECS)]
     pub body_timeout_secs: u64,
     /// Tries per phase leg, the first included (1 = no retries).
-    #[arg(long, env = "PDGATE_RETRY_MAX_ATTEMPTS", default_value_t = DEFAULT_MAX_ATTEMPTS)]
+    #[arg(long, env = "PDGATE_RETRY_MAX_ATTEMPTS", value_parser = clap::value_parser!(u32).range(1..), default_value_t = DEFAULT_MAX_ATTEMPTS)]
     pub retry_max_attempts: u32,
     /// Backoff ceiling before the first retry, ms (doubles per retry).
-    #[arg(long, env = "PDGATE_RETRY_BASE_BACKOFF_MS", default_value_t = DEFAULT_BASE_BACKOFF.as_millis() as u64)]
+    #[arg(long, env = "PDGATE_RETRY_BASE_BACKOFF_MS", value_parser = millis, default_value_t = DEFAULT_BASE_BACKOFF.as_millis() as u64)]
     pub retry_base_backoff_ms: u64,
     /// Cap on one backoff, ms.
-    #[arg(long, env = "PDGATE_RETRY_MAX_BACKOFF_MS", default_value_t = DEFAULT_MAX_BACKOFF.as_millis() as u64)]
+    #[arg(long, env = "PDGATE_RETRY_MAX_BACKOFF_MS", value_parser = millis, default_value_t = DEFAULT_MAX_BACKOFF.as_millis() as u64)]
     pub retry_max_backoff_ms: u64,
     /// Consecutive failures that open an endpoint's circuit breaker.
-    #[arg(long, env = "PDGATE_BREAKER_FAILURE_THRESHOLD", default_value_t = DEFAULT_FAILURE_THRESHOLD)]
+    #[arg(long, env = "PDGATE_BREAKER_FAILURE_THRESHOLD", value_parser = clap::value_parser!(u32).range(1..), default_value_t = DEFAULT_FAILURE_THRESHOLD)]
     pub breaker_failure_threshold: u32,
     /// Time an open breaker refuses traffic before probing, ms.
-    #[arg(long, env = "PDGATE_BREAKER_OPEN_MS", default_value_t = DEFAULT_OPEN_FOR.as_millis() as u64)]
+    #[arg(long, env = "PDGATE_BREAKER_OPEN_MS", value_parser = millis, default_value_t = DEFAULT_OPEN_FOR.as_millis() as u64)]
     pub breaker_open_ms: u64,
     /// Concurrent probes a half-open breaker admits.
-    #[arg(long, env = "PDGATE_BREAKER_HALF_OPEN_PROBES", default_value_t = DEFAULT_HALF_OPEN_PROBES)]
+    #[arg(long, env = "PDGATE_BREAKER_HALF_OPEN_PROBES", value_parser = clap::value_parser!(u32).range(1..), default_value_t = DEFAULT_HALF_OPEN_PROBES)]
     pub breaker_half_open_probes: u32,
     /// When no prefill endpoint can serve a split request: `aggregated` runs it on its decode
     /// endpoint, `fail` answers 503 naming the reason.

@@ -82,7 +82,12 @@ impl Upstream {
         };
         let (parts, body) = head.into_parts();
         let body = if t.streamed {
-            LegBody::streamed(body, t.body, t.total.map(|d| started + d))
+            let deadline = t.total.map(|d| {
+                started
+                    .checked_add(d)
+                    .unwrap_or_else(|| crate::leg_body::later(d))
+            });
+            LegBody::streamed(body, t.body, deadline)
         } else {
             let left = t.total.map(|d| d.saturating_sub(started.elapsed()));
             LegBody::full(read_whole(endpoint, body, t.body, left).await?)

@@ -80,6 +80,9 @@ async fn a_retry_from_a_to_b_books_binds_and_credits_b_only() {
         .lookup("s1", tokio::time::Instant::now())
         .unwrap();
     assert_eq!(binding.decode.as_deref(), Some("decode-b"));
+    let m = support::metrics(&url(&h)).await;
+    let failures = "pdgate_upstream_failures_total{kind=\"status_5xx\",phase=\"aggregated\"}";
+    assert_eq!(support::metric(&m, failures), 1, "A's 503 is counted");
     // 64 tokens = 4 blocks of 16, credited to B once, none to A.
     assert_eq!(h.state.scheduler.prefix_blocks_held("decode-b"), 4);
     assert_eq!(h.state.scheduler.prefix_blocks_held("decode-a"), 0);

@@ -39,14 +39,16 @@ pub struct ScrapeHealth {
     answered: Option<bool>,
     /// `process_start_time_seconds` of the last answer that had it.
     start_time: Option<f64>,
+    /// It answered at least once (an engine that comes up after the router did not restart).
+    ever_answered: bool,
 }
 
 impl ScrapeHealth {
     /// Folds in one scrape.
     ///
     /// Restart rule: a `process_start_time_seconds` different from the last one seen is a
-    /// restart. An engine that failed and answers again restarted unless both answers carry
-    /// the same start time (engines that do not export it lose their credit on every
+    /// restart. An engine that answered before, failed and answers again restarted unless both
+    /// answers carry the same start time (engines that do not export it lose their credit on every
     /// recovery: a cache miss costs less than routing on blocks that are gone).
     pub fn observe(&mut self, scrape: Scrape) -> Verdict {
         let before = self.answered;
@@ -66,9 +68,10 @@ impl ScrapeHealth {
                 let restarted = match before {
                     None => false,
                     Some(true) => same_start == Some(false),
-                    Some(false) => same_start != Some(true),
+                    Some(false) => self.ever_answered && same_start != Some(true),
                 };
                 self.answered = Some(true);
+                self.ever_answered = true;
                 if start_time.is_some() {
                     self.start_time = start_time;
                 }
@@ -136,10 +139,11 @@ mod tests {
                 (Some(Recovered), true)
             ]
         );
-        // Never answered yet: the first failure is logged; the first answer is a recovery.
+        // Never answered yet (the engine came up after the router): the first failure is
+        // logged; the first answer is a recovery, not a restart.
         assert_eq!(
             run(&[Scrape::Failed, ok(a)]),
-            [(Some(Failing), false), (Some(Recovered), true)]
+            [(Some(Failing), false), (Some(Recovered), false)]
         );
     }
 }
