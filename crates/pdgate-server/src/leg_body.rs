@@ -138,3 +138,16 @@ impl Body for LegBody {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_far_deadline_saturates_instead_of_overflowing() {
+        // Regression: `now + u64::MAX s` panicked in the stream path.
+        let far = later(Duration::from_secs(u64::MAX));
+        assert!(far > Instant::now() + Duration::from_secs(364 * 24 * 3600));
+        assert!(later(Duration::from_secs(1)) <= Instant::now() + Duration::from_secs(1));
+    }
+}
