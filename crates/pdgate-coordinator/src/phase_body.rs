@@ -55,11 +55,10 @@ pub fn prefill_bytes(req: &InferenceRequest, raw: &[u8], ec: &[Value]) -> Bytes 
 pub fn decode_bytes(req: &InferenceRequest, raw: &[u8], mut kv: Map<String, Value>) -> Bytes {
     kv.entry("do_remote_prefill").or_insert(Value::Bool(true));
     kv.entry("do_remote_decode").or_insert(Value::Bool(false));
-    let kv_json = Value::Object(kv).to_string();
-    patched(raw, &[Edit::Set(KV_TRANSFER_PARAMS, kv_json.as_bytes())]).unwrap_or_else(|| {
-        let kv = serde_json::from_str(&kv_json).unwrap_or_default();
-        crate::pipeline::to_bytes(decode_body(req, kv))
-    })
+    // Serializing a Map of Values cannot fail.
+    let kv_json = serde_json::to_vec(&kv).unwrap_or_default();
+    patched(raw, &[Edit::Set(KV_TRANSFER_PARAMS, &kv_json)])
+        .unwrap_or_else(|| crate::pipeline::to_bytes(decode_body(req, kv)))
 }
 
 /// The client's bytes `raw` with the encoders' `ec_transfer_params` (an aggregated leg of a

@@ -159,12 +159,9 @@ impl ResponseBody {
     }
 }
 
-/// `ErrorBody::new(502, message)`'s inner `error` object.
+/// The inner `error` object of `ErrorBody::new(502, message)`.
 fn error_object(message: String) -> serde_json::Value {
-    serde_json::from_slice::<serde_json::Value>(&ErrorBody::new(502, message).to_bytes())
-        .ok()
-        .and_then(|mut v| v.get_mut("error").map(serde_json::Value::take))
-        .unwrap_or_default()
+    serde_json::to_value(ErrorBody::new(502, message).error).unwrap_or_default()
 }
 
 impl Body for ResponseBody {

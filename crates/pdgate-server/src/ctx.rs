@@ -104,9 +104,14 @@ impl RequestContext {
         self.state.lock().encode.push(pick);
     }
 
-    /// The (phase, served endpoint, status) of `slot`, cloned.
-    pub fn served(&self, slot: Slot) -> (Option<Phase>, Option<Target>, Option<u16>) {
-        self.with(slot, |r| (r.phase, r.served.clone(), r.status))
+    /// The phase `slot` ran (or is planned to run).
+    pub fn phase(&self, slot: Slot) -> Option<Phase> {
+        self.with(slot, |r| r.phase)
+    }
+
+    /// The name of the endpoint that served `slot` (or was tried last).
+    pub fn served_name(&self, slot: Slot) -> Option<String> {
+        self.with(slot, |r| r.served.as_ref().map(|t| t.name.clone()))
     }
 
     /// Ends the prefill booking: completed when its leg answered 2xx (then released now,

@@ -50,8 +50,8 @@ fn the_context_owns_the_bookings_until_they_are_taken_or_it_ends() {
     );
     let ctx = RequestContext::new(Some(result), true);
     assert_eq!((in_flight(&s, "p0"), in_flight(&s, "d0")), (1, 1));
-    assert_eq!(ctx.served(Slot::Prefill).0, Some(Phase::Prefill));
-    assert_eq!(ctx.served(Slot::Main).0, Some(Phase::Decode));
+    assert_eq!(ctx.phase(Slot::Prefill), Some(Phase::Prefill));
+    assert_eq!(ctx.phase(Slot::Main), Some(Phase::Decode));
     // The prefill leg answered 2xx: its booking ends now, completed.
     ctx.with(Slot::Prefill, |r| r.status = Some(200));
     ctx.finish_prefill();
@@ -78,7 +78,7 @@ fn a_replaced_pick_ends_the_old_booking_and_a_dropped_context_ends_all() {
         "the second pick spreads to the other endpoint (booked load)"
     );
     let ctx = RequestContext::new(Some(first), false);
-    assert_eq!(ctx.served(Slot::Main).0, Some(Phase::Decode));
+    assert_eq!(ctx.phase(Slot::Main), Some(Phase::Decode));
     ctx.with(Slot::Main, |r| r.pick = Some(retry.decode));
     assert_eq!(
         (in_flight(&s, &a), in_flight(&s, &b)),

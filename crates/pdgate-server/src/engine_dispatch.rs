@@ -163,13 +163,13 @@ impl<'a> EngineDispatch<'a> {
         let mut attempt = 1;
         let t = self.timeouts(leg.phase);
         loop {
-            let name = leg.target.name.clone();
-            let admission = breakers.admit(&name, Instant::now());
+            let name = &leg.target.name;
+            let admission = breakers.admit(name, Instant::now());
             let result = match admission {
                 // Opened since scheduling: do not send; try elsewhere.
                 Admission::Open if !pick.pinned => Err(DispatchError::new(
                     FailureKind::BreakerOpen,
-                    &name,
+                    name,
                     "circuit breaker open",
                 )),
                 _ => leg_send::send(self.state, &leg, t).await,
@@ -185,7 +185,7 @@ impl<'a> EngineDispatch<'a> {
                 BreakerEffect::Neutral => None,
             };
             if let Some(o) = outcome {
-                breakers.record(&name, o, Instant::now());
+                breakers.record(&leg.target.name, o, Instant::now());
             }
             if let LegEvent::Answered(status @ 500..) = event {
                 leg_send::count_failure(
@@ -197,12 +197,12 @@ impl<'a> EngineDispatch<'a> {
             }
             drop(admission);
             if verdict.retry && policy.may_retry(attempt, pick.pinned, false) {
-                failed.push(name);
+                failed.push(leg.target.name.clone());
                 let now = Instant::now();
                 let avoid = |e: &Endpoint| {
                     failed.contains(&e.name)
                         || breakers.is_open(&e.name, now)
-                        || e.revision().map(str::to_string) != revision
+                        || e.revision() != revision.as_deref()
                 };
                 let profile = pick.profile.clone();
                 if let Ok(mut next) = self.pick(&profile, &leg.headers, &self.req.prompt, &avoid) {
@@ -231,21 +231,22 @@ impl<'a> EngineDispatch<'a> {
                     continue;
                 }
             }
-            return self.finish(slot, pick, attempt, result, verdict).await;
+            return self.finish(slot, leg, pick, attempt, result, verdict).await;
         }
     }
 
-    /// Records the leg's last try in the context and turns an engine 5xx into an error.
+    /// Records the leg's last try (its target is the endpoint tried last, its phase the one
+    /// that endpoint ran) in the context and turns an engine 5xx into an error.
     async fn finish(
         &self,
         slot: Slot,
+        leg: PhaseRequest,
         pick: Pick,
         attempts: u32,
         result: Result<PhaseResponse<LegBody>, DispatchError>,
         verdict: failure::Verdict,
     ) -> Result<PhaseResponse<LegBody>, DispatchError> {
-        let served = target(&pick);
-        let phase = pick.phase;
+        let (served, phase) = (leg.target, leg.phase);
         let status = result.as_ref().ok().map(|r| r.status);
         let result = match result {
             Ok(resp) if matches!(verdict.client, ClientSees::Status(_)) => {

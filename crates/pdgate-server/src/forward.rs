@@ -80,8 +80,9 @@ pub async fn forward<D: Dispatcher<Body = LegBody>>(
             .with_label_values(&[p.as_str()])
             .inc();
     }
-    if trace.fallback.is_some() || trace.probe == Some(Probe::Served) {
-        // The decode endpoint ran the whole request.
+    if trace.probe == Some(Probe::Served) {
+        // A served probe: the decode endpoint ran the whole request (the dispatchers record
+        // the phase of the leg they sent, here `Decode`).
         ctx.with(Slot::Main, |r| r.phase = Some(Phase::Aggregated));
     }
     report_fallback(state, &trace, &outcome);
@@ -90,8 +91,7 @@ pub async fn forward<D: Dispatcher<Body = LegBody>>(
     let served = Served::of(ctx, &trace);
     let ok = matches!(&outcome, Ok(Outcome::Final(r)) if (200..300).contains(&r.status));
     if ok {
-        let (main_phase, _, _) = ctx.served(Slot::Main);
-        if trace.prefill_ran || main_phase == Some(Phase::Aggregated) {
+        if trace.prefill_ran || ctx.phase(Slot::Main) == Some(Phase::Aggregated) {
             state.metrics.count_pd_decision(trace.prefill_ran);
         }
         if let Some(id) = session_id {
@@ -167,12 +167,13 @@ pub fn report_prefill_unavailable(state: &AppState, policy: &'static str, reason
 
 /// Binds `id` to the endpoints that served (a retry may have moved a phase).
 fn bind_session(state: &AppState, ctx: &RequestContext, id: &str, split: bool) {
-    let name = |t: Option<pdgate_coordinator::Target>| t.map(|t| t.name);
-    let (_, prefill, _) = ctx.served(Slot::Prefill);
-    let (phase, main, _) = ctx.served(Slot::Main);
-    let (prefill, decode) = match phase {
-        Some(Phase::Prefill) => (name(main), None),
-        _ => (if split { name(prefill) } else { None }, name(main)),
+    let main = ctx.served_name(Slot::Main);
+    let (prefill, decode) = match ctx.phase(Slot::Main) {
+        Some(Phase::Prefill) => (main, None),
+        _ => (
+            split.then(|| ctx.served_name(Slot::Prefill)).flatten(),
+            main,
+        ),
     };
     state
         .sessions
@@ -188,8 +189,7 @@ async fn respond(
         Outcome::Rejected { response, .. } => return Ok(passthrough(response)),
         Outcome::Final(r) => r,
     };
-    let (_, served, _) = ctx.served(Slot::Main);
-    let endpoint = served.map(|t| t.name).unwrap_or_default();
+    let endpoint = ctx.served_name(Slot::Main).unwrap_or_default();
     if !(200..300).contains(&resp.status) {
         // An engine's 4xx, or a router's own answer: status and body as they are.
         let body = leg_send::collect(&endpoint, resp.body)

@@ -27,9 +27,13 @@ pub enum LegBodyError {
 
 /// `now + d`, saturating far in the future instead of overflowing.
 pub fn later(d: Duration) -> Instant {
-    let now = Instant::now();
-    now.checked_add(d)
-        .unwrap_or_else(|| now + Duration::from_secs(crate::resilience_args::MAX_TIMEOUT_SECS))
+    after(Instant::now(), d)
+}
+
+/// `from + d`, saturating one year after `from` instead of overflowing.
+pub fn after(from: Instant, d: Duration) -> Instant {
+    from.checked_add(d)
+        .unwrap_or_else(|| from + Duration::from_secs(crate::resilience_args::MAX_TIMEOUT_SECS))
 }
 
 /// The body of one leg (see the module docs).

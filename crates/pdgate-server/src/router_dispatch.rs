@@ -61,20 +61,18 @@ impl Dispatcher for RouterDispatch<'_> {
             && !leg.headers.contains_key(headers::PREFER);
         let mut result = leg_send::send(self.state, &leg, t).await;
         let mut attempts = 1;
-        if let (true, Ok(first)) = (resend, &result) {
-            if first.status == 503 {
-                if let Ok(first) = result {
-                    let _ = leg_send::collect(&leg.target.name, first.body).await;
-                }
-                tokio::time::sleep(ROUTER_RESYNC_WAIT).await;
-                self.state
-                    .metrics
-                    .retries
-                    .with_label_values(&[leg.phase.as_str()])
-                    .inc();
-                attempts += 1;
-                result = leg_send::send(self.state, &leg, t).await;
+        if resend && result.as_ref().is_ok_and(|r| r.status == 503) {
+            if let Ok(first) = result {
+                let _ = leg_send::collect(&leg.target.name, first.body).await;
             }
+            tokio::time::sleep(ROUTER_RESYNC_WAIT).await;
+            self.state
+                .metrics
+                .retries
+                .with_label_values(&[leg.phase.as_str()])
+                .inc();
+            attempts += 1;
+            result = leg_send::send(self.state, &leg, t).await;
         }
         if let Some(slot) = Slot::of(leg.phase) {
             self.ctx.with(slot, |r| {

@@ -73,44 +73,42 @@ pub struct Served {
 impl Served {
     /// What the request's legs served, per `ctx` (after retries) and `trace`.
     pub fn of(ctx: &RequestContext, trace: &Trace) -> Served {
-        let named = |t: Option<Target>| t.as_ref().and_then(Server::of);
-        let (prefill_phase, prefill, _) = ctx.served(Slot::Prefill);
-        let (main_phase, main, main_status) = ctx.served(Slot::Main);
+        let view = |slot| {
+            ctx.with(slot, |r| {
+                (r.phase, r.served.as_ref().and_then(Server::of), r.status)
+            })
+        };
+        let (prefill_phase, prefill, _) = view(Slot::Prefill);
+        let (main_phase, main, main_status) = view(Slot::Main);
         let answered = main_status.is_some();
         if trace.prefill_ran {
             return Served {
-                prefill: named(prefill),
-                decode: named(main),
+                prefill,
+                decode: main,
                 mode: answered.then_some("split"),
             };
         }
-        if prefill_phase.is_some()
-            && trace.fallback.is_none()
-            && main_phase != Some(Phase::Aggregated)
-        {
+        if prefill_phase.is_some() && main_phase != Some(Phase::Aggregated) {
             // Prefill failed: no decode leg was sent, nothing to name but prefill.
             return Served {
-                prefill: named(prefill),
+                prefill,
                 ..Served::default()
             };
         }
         match main_phase {
             Some(Phase::Prefill) => Served {
-                prefill: named(main),
+                prefill: main,
                 ..Served::default()
             },
             Some(Phase::Decode) => Served {
-                decode: named(main),
+                decode: main,
                 ..Served::default()
             },
-            Some(Phase::Aggregated) => {
-                let server = named(main);
-                Served {
-                    prefill: server.clone(),
-                    decode: server,
-                    mode: answered.then_some("aggregated"),
-                }
-            }
+            Some(Phase::Aggregated) => Served {
+                prefill: main.clone(),
+                decode: main,
+                mode: answered.then_some("aggregated"),
+            },
             _ => Served::default(),
         }
     }

@@ -82,11 +82,7 @@ impl Upstream {
         };
         let (parts, body) = head.into_parts();
         let body = if t.streamed {
-            let deadline = t.total.map(|d| {
-                started
-                    .checked_add(d)
-                    .unwrap_or_else(|| crate::leg_body::later(d))
-            });
+            let deadline = t.total.map(|d| crate::leg_body::after(started, d));
             LegBody::streamed(body, t.body, deadline)
         } else {
             let left = t.total.map(|d| d.saturating_sub(started.elapsed()));
