@@ -299,8 +299,7 @@ impl<'a> RequestCtx<'a> {
         out: &mut Vec<usize>,
     ) {
         let hashes = self.block_hashes(index);
-        let names: Vec<&str> = endpoints.iter().map(|e| e.endpoint.name.as_str()).collect();
-        index.match_lengths(hashes, &names, out);
+        index.match_lengths(hashes, endpoints, out);
         let mut memo = self.matches.borrow_mut();
         for (e, m) in endpoints.iter().zip(out.iter()) {
             memo.push((index.slot(), Arc::as_ptr(e) as usize, *m));
@@ -318,7 +317,7 @@ impl<'a> RequestCtx<'a> {
         {
             return m;
         }
-        let m = index.match_length(self.block_hashes(index), &endpoint.endpoint.name);
+        let m = index.match_length(self.block_hashes(index), endpoint);
         self.matches.borrow_mut().push((key.0, key.1, m));
         m
     }

@@ -124,7 +124,8 @@ impl Scheduler {
         if base.is_empty() {
             return Err(Rejection::NoEndpoints.into());
         }
-        base.retain(|e| e.load.serves(req.model));
+        let key = crate::endpoint::ModelKey::of(req.model);
+        base.retain(|e| e.load.serves_key(req.model, key));
         if base.is_empty() {
             return Err(Rejection::NoEndpointForModel {
                 model: req.model.to_string(),

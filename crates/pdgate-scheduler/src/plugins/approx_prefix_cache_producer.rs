@@ -93,7 +93,7 @@ impl ResponseHeader for ApproxPrefixCacheProducer {
             return;
         }
         if let Some(hashes) = ctx.state.block_hashes(self.index.slot()) {
-            self.index.record(&ctx.endpoint.endpoint.name, hashes);
+            self.index.record(ctx.endpoint, hashes);
         }
     }
 }

@@ -149,8 +149,8 @@ mod tests {
         let mut out = [0.0; 3];
         with_ctx(&prompt, |ctx| {
             let h = ctx.block_hashes(&ix).to_vec();
-            ix.record("a", &h[..3]);
-            ix.record("b", &h[..1]);
+            ix.record(&eps[0], &h[..3]);
+            ix.record(&eps[1], &h[..1]);
             PrefixCacheScorer::new(ix.clone(), 0.0, 8192).score(ctx, &c, &mut out);
         });
         assert_eq!(out, [0.75, 0.25, 0.0]);

@@ -28,18 +28,22 @@ pub struct QueueScorer;
 
 impl Scorer for QueueScorer {
     fn score(&self, _ctx: &RequestCtx<'_>, candidates: &[&Arc<EndpointState>], out: &mut [f64]) {
+        // Depths are never NaN (bookings and known gauges only), so plain comparisons do;
+        // one pass reads them, the second scales with one reciprocal.
+        let n = candidates.len().min(out.len());
+        let out = &mut out[..n];
         let (mut min, mut max) = (f64::INFINITY, f64::NEG_INFINITY);
-        for c in candidates {
-            let q = c.load.queue_depth();
-            min = min.min(q);
-            max = max.max(q);
-        }
         for (o, c) in out.iter_mut().zip(candidates) {
-            *o = if max > min {
-                (max - c.load.queue_depth()) / (max - min)
-            } else {
-                1.0
-            };
+            let q = c.load.queue_depth();
+            *o = q;
+            min = if q < min { q } else { min };
+            max = if q > max { q } else { max };
+        }
+        if max > min {
+            let scale = 1.0 / (max - min);
+            out.iter_mut().for_each(|o| *o = (max - *o) * scale);
+        } else {
+            out.iter_mut().for_each(|o| *o = 1.0);
         }
     }
 }
