@@ -310,18 +310,13 @@ impl Dispatcher for EngineDispatch<'_> {
 /// (removed), and the engine's data-parallel rank header (vLLM `X-data-parallel-rank`) is
 /// the leg endpoint's rank, or absent when it has none.
 fn engine_headers(leg: &mut PhaseRequest) {
-    for name in pdgate_api::hints::HINT_HEADERS {
-        if *name != headers::SESSION_ID {
-            leg.headers.remove(*name);
-        }
-    }
-    match leg.target.dp_rank {
-        Some(r) => {
-            leg.headers
-                .insert(headers::DATA_PARALLEL_RANK, HeaderValue::from(r));
-        }
-        None => {
-            leg.headers.remove(headers::DATA_PARALLEL_RANK);
-        }
+    // The hint headers, but `x-session-id`, which engines may use.
+    crate::header_scan::remove_where(&mut leg.headers, |n| {
+        n != headers::SESSION_ID && pdgate_api::hints::HINT_HEADERS.contains(&n)
+    });
+    // (`x-data-parallel-rank` is one of them: set again from the target.)
+    if let Some(r) = leg.target.dp_rank {
+        leg.headers
+            .insert(headers::DATA_PARALLEL_RANK, HeaderValue::from(r));
     }
 }

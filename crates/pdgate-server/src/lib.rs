@@ -14,6 +14,7 @@ pub mod engine_dispatch;
 pub mod errors;
 pub mod failure;
 pub mod forward;
+pub mod header_scan;
 pub mod leg_body;
 pub mod leg_send;
 pub mod log_limit;

@@ -6,6 +6,7 @@ use crate::ctx::RequestContext;
 use crate::engine_dispatch::{self, EngineDispatch};
 use crate::errors::ApiError;
 use crate::forward;
+use crate::header_scan::HeaderNames;
 use crate::router_dispatch::RouterDispatch;
 use axum::body::Body;
 use axum::response::{IntoResponse, Response};
@@ -95,9 +96,12 @@ async fn read_body(body: Body, limit: usize, headers: &HeaderMap) -> Result<Byte
 /// legacy `EPP-Profile`); `None` lets the profile handler decide (design.md §5.3).
 ///
 /// Errors: the header is not visible ASCII → 400 naming it.
-fn profile_header(h: &HeaderMap) -> Result<Option<&str>, ApiError> {
+fn profile_header<'h>(
+    h: &'h HeaderMap,
+    present: &HeaderNames<'_>,
+) -> Result<Option<&'h str>, ApiError> {
     for name in [headers::EPP_PROFILE, headers::EPP_PROFILE_LEGACY] {
-        if let Some(v) = h.get(name) {
+        if let Some(v) = h.get(name).filter(|_| present.has(name)) {
             let v = v.to_str().map_err(|_| ApiError::InvalidHeader {
                 header: headers::EPP_PROFILE,
                 reason: "not a visible ASCII string".into(),
@@ -133,8 +137,11 @@ fn local_encode(state: &AppState, snapshot: &pdgate_scheduler::Snapshot) -> Opti
 /// Routing-hint headers must be readable and unambiguous: a value that is not visible ASCII,
 /// or the same header given twice with different values, is a 400 naming it (never read as
 /// absent, which would route the request freely).
-fn check_hint_headers(h: &HeaderMap) -> Result<(), ApiError> {
+fn check_hint_headers(h: &HeaderMap, present: &HeaderNames<'_>) -> Result<(), ApiError> {
     for name in pdgate_api::hints::HINT_HEADERS {
+        if !present.has(name) {
+            continue;
+        }
         let mut values = h.get_all(*name).iter();
         let Some(first) = values.next() else {
             continue;
@@ -229,7 +236,8 @@ async fn run(
     if !state.model_may_exist(&req.model) {
         return Err(ApiError::ModelNotFound(req.model));
     }
-    let profile = profile_header(&client_headers)?;
+    let present = HeaderNames::of(&client_headers);
+    let profile = profile_header(&client_headers, &present)?;
     // Without a profile header this router is the client's coordinator: the client's own
     // copies of forwarded headers (e.g. `x-llm-d-disagg-revision`) are discarded before the
     // screeners see them (design.md §5.3). With one, the caller is a coordinator whose
@@ -241,7 +249,7 @@ async fn run(
             .forward_rules
             .names()
             .chain(headers::INTERNAL.iter().copied())
-            .filter(|n| client_headers.contains_key(*n))
+            .filter(|n| present.has(n))
             .collect();
         // A decision id only matters when encode picks will follow the main pick.
         let has_media = !pdgate_api::media::media_items(&req.body).is_empty();
@@ -261,16 +269,22 @@ async fn run(
             Headers(&own_view)
         }
     };
-    let conditional = prefer::prefers(
-        client_headers
-            .get_all(headers::PREFER)
-            .iter()
-            .filter_map(|v| v.to_str().ok()),
-        prefer::IF_AVAILABLE,
-    );
-    check_hint_headers(&client_headers)?;
+    let conditional = present.has(headers::PREFER)
+        && prefer::prefers(
+            client_headers
+                .get_all(headers::PREFER)
+                .iter()
+                .filter_map(|v| v.to_str().ok()),
+            prefer::IF_AVAILABLE,
+        );
+    check_hint_headers(&client_headers, &present)?;
     let hints = RoutingHints::parse(
-        |n| client_headers.get(n).and_then(|v| v.to_str().ok()),
+        |n| {
+            present
+                .has(n)
+                .then(|| client_headers.get(n)?.to_str().ok())
+                .flatten()
+        },
         &req.body,
     )?;
     let decision = scheduler_headers

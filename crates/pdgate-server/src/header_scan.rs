@@ -1,0 +1,60 @@
+//! The names a request's headers carry, read once, so that the routing path's many lookups
+//! by name (about forty: pin and rank aliases, profile, `Prefer`, forwarded and internal
+//! names) cost a short scan of names instead of a parse and hash of each asked-for name.
+//! A request usually carries a handful of headers and none of those names; a lookup then
+//! never touches the header map.
+
+use http::HeaderMap;
+
+/// The distinct header names of one request, as lowercase strings (one pass over the map).
+#[derive(Debug)]
+pub struct HeaderNames<'h> {
+    names: Vec<&'h str>,
+}
+
+impl<'h> HeaderNames<'h> {
+    /// The names present in `headers`.
+    pub fn of(headers: &'h HeaderMap) -> Self {
+        HeaderNames {
+            names: headers.keys().map(|k| k.as_str()).collect(),
+        }
+    }
+
+    /// True when the request has a header `name` (lowercase, as the constants are).
+    pub fn has(&self, name: &str) -> bool {
+        self.names.contains(&name)
+    }
+}
+
+/// Removes from `headers` every header whose (lowercase) name satisfies `drop`: one pass
+/// over the names it carries, and a map removal only for those it finds.
+pub fn remove_where(headers: &mut HeaderMap, drop: impl Fn(&str) -> bool) {
+    let found: Vec<http::HeaderName> = headers
+        .keys()
+        .filter(|k| drop(k.as_str()))
+        .cloned()
+        .collect();
+    for name in found {
+        headers.remove(name);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http::HeaderValue;
+
+    #[test]
+    fn finds_present_names_only_and_removes_them() {
+        let mut h = HeaderMap::new();
+        h.insert("x-dp-rank", HeaderValue::from_static("1"));
+        h.append("x-dp-rank", HeaderValue::from_static("1"));
+        h.insert(http::header::CONTENT_TYPE, HeaderValue::from_static("a"));
+        let names = HeaderNames::of(&h);
+        assert!(names.has("x-dp-rank") && names.has("content-type"));
+        assert!(!names.has("x-worker-instance-id") && !names.has("X-Dp-Rank"));
+        remove_where(&mut h, |n| ["x-dp-rank", "x-session-id"].contains(&n));
+        assert_eq!(h.len(), 1);
+        assert!(h.contains_key("content-type"));
+    }
+}
