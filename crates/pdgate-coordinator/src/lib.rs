@@ -9,6 +9,7 @@ pub mod dispatch;
 pub mod encode_step;
 pub mod header_rules;
 pub mod json_patch;
+pub mod owned;
 pub mod phase_body;
 pub mod pipeline;
 

@@ -18,6 +18,7 @@
 
 use crate::failure::{self, BreakerEffect, LegEvent};
 use crate::leg_body::{LegBody, LegBodyError};
+use crate::owned_filter::OwnedFilter;
 use bytes::{Bytes, BytesMut};
 use http_body::{Body, Frame, SizeHint};
 use pdgate_api::ErrorBody;
@@ -52,6 +53,8 @@ pub struct ResponseBody {
     bare_line: Option<BytesMut>,
     /// Frames to send before anything else (the end of an error event).
     queued: Option<Bytes>,
+    /// SSE to a client: removes the engines' router-owned fields.
+    owned: Option<OwnedFilter>,
 }
 
 impl ResponseBody {
@@ -73,7 +76,36 @@ impl ResponseBody {
             line_start: true,
             bare_line: None,
             queued: None,
+            owned: None,
         }
+    }
+
+    /// An SSE body whose `data:` lines lose the router-owned fields (`kv_transfer_params`,
+    /// …) before they reach the client; no effect on a non-SSE body.
+    pub fn without_owned_fields(mut self) -> Self {
+        if self.sse {
+            self.owned = Some(OwnedFilter::default());
+        }
+        self
+    }
+
+    /// `pass` through the owned-field filter; at the end of the upstream body, with what
+    /// the filter still held.
+    fn filtered(&mut self, pass: Bytes) -> Bytes {
+        let Some(f) = &mut self.owned else {
+            return pass;
+        };
+        let out = f.push(pass);
+        if !self.inner.is_end_stream() {
+            return out;
+        }
+        let rest = f.finish();
+        if rest.is_empty() {
+            return out;
+        }
+        let mut both = BytesMut::from(&out[..]);
+        both.extend_from_slice(&rest);
+        both.freeze()
     }
 
     /// The upstream body ended cleanly: the request completed on its endpoints.
@@ -204,13 +236,18 @@ impl Body for ResponseBody {
                         let ev = self.bare_line_event();
                         return Poll::Ready(Some(Ok(Frame::data(ev))));
                     }
+                    let rest = self.owned.as_mut().map(OwnedFilter::finish);
                     self.complete();
+                    if let Some(rest) = rest.filter(|r| !r.is_empty()) {
+                        return Poll::Ready(Some(Ok(Frame::data(rest))));
+                    }
                     Poll::Ready(None)
                 }
                 Poll::Ready(Some(Ok(frame))) => {
                     let frame = match frame.into_data() {
                         Ok(data) if self.sse => {
                             let pass = self.scan(data);
+                            let pass = self.filtered(pass);
                             let line_done =
                                 self.bare_line.as_ref().is_some_and(|l| l.contains(&b'\n'));
                             if line_done {

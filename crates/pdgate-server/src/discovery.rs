@@ -325,12 +325,21 @@ impl EndpointWatcher for FileWatcher {
                 if self.last.is_some() {
                     tokio::time::sleep(self.poll).await;
                 }
-                let text = match tokio::fs::read_to_string(&self.path).await {
+                let path = self.path.clone();
+                let read = tokio::task::spawn_blocking(move || {
+                    crate::file_read::read_regular_file(
+                        &path,
+                        crate::file_read::MAX_ENDPOINTS_FILE_BYTES,
+                    )
+                })
+                .await
+                .unwrap_or_else(|e| Err(e.to_string()));
+                let text = match read {
                     Ok(t) => t,
-                    Err(e) if self.last.is_none() => {
+                    Err(message) if self.last.is_none() => {
                         return Some(Err(DiscoveryError {
                             source_name: name,
-                            message: e.to_string(),
+                            message,
                         }))
                     }
                     Err(e) => {

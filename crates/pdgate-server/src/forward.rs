@@ -36,6 +36,10 @@ pub struct Ingress<'a> {
     pub rid: &'a HeaderValue,
     /// `x-session-id`, bound to the endpoints that finally served (after retries).
     pub session_id: Option<&'a str>,
+    /// The caller is a coordinator sending a phase leg: the router-owned fields
+    /// ([`pdgate_coordinator::owned`]) of its body and of the answer are its contract and
+    /// stay. For a client they were removed from the body and are removed from the answer.
+    pub coordinator: bool,
 }
 
 /// Runs `plan` through `dispatcher` and answers the client. `ctx` holds the local picks
@@ -58,6 +62,7 @@ pub async fn forward<D: Dispatcher<Body = LegBody>>(
         upstream_headers,
         rid,
         session_id,
+        coordinator,
     } = *ingress;
     let mut trace = Trace {
         fallback,
@@ -98,7 +103,7 @@ pub async fn forward<D: Dispatcher<Body = LegBody>>(
             bind_session(state, ctx, id, trace.prefill_ran);
         }
     }
-    let mut resp = match respond(state, ctx, outcome).await {
+    let mut resp = match respond(state, ctx, outcome, !coordinator).await {
         Ok(r) => r,
         Err(e) => {
             tracing::debug!(error = %e, "request failed");
@@ -180,13 +185,23 @@ fn bind_session(state: &AppState, ctx: &RequestContext, id: &str, split: bool) {
         .bind_names(id, prefill, decode, tokio::time::Instant::now());
 }
 
+/// The client response of the final phase. `strip_owned`: the engines' router-owned fields
+/// leave every body the client gets (whole JSON answers, SSE `data:` lines, error bodies).
 async fn respond(
     state: &AppState,
     ctx: &RequestContext,
     outcome: Result<Outcome<LegBody>, PipelineError>,
+    strip_owned: bool,
 ) -> Result<Response, ApiError> {
-    let resp = match outcome? {
-        Outcome::Rejected { response, .. } => return Ok(passthrough(response)),
+    let clean = |b: Bytes| match strip_owned {
+        true => pdgate_coordinator::owned::strip_json(&b).map_or(b, Bytes::from),
+        false => b,
+    };
+    let mut resp = match outcome? {
+        Outcome::Rejected { mut response, .. } => {
+            response.body = clean(response.body);
+            return Ok(passthrough(response));
+        }
         Outcome::Final(r) => r,
     };
     let endpoint = ctx.served_name(Slot::Main).unwrap_or_default();
@@ -201,8 +216,11 @@ async fn respond(
         return Ok(passthrough(PhaseResponse {
             status: resp.status,
             headers: resp.headers,
-            body,
+            body: clean(body),
         }));
+    }
+    if strip_owned && !resp.body.is_streamed() {
+        resp.body = LegBody::full(clean(resp.body.into_full().unwrap_or_default()));
     }
     let out_headers = header_rules::client_response_headers(&resp.headers);
     let sse = resp
@@ -214,7 +232,10 @@ async fn respond(
         metrics: state.metrics.clone(),
         breakers: state.breakers.clone(),
     };
-    let body = ResponseBody::new(resp.body, sse, endpoint, bookings, Some(report));
+    let mut body = ResponseBody::new(resp.body, sse, endpoint, bookings, Some(report));
+    if strip_owned {
+        body = body.without_owned_fields();
+    }
     let mut response = Response::new(Body::new(body));
     *response.status_mut() = StatusCode::from_u16(resp.status).unwrap_or(StatusCode::BAD_GATEWAY);
     *response.headers_mut() = out_headers;

@@ -46,6 +46,9 @@ pub struct Metrics {
     /// `pdgate_stream_errors_total{kind}`: streams ended by an error event after streaming
     /// began (`idle`, `deadline`, `broken`, `engine_error`).
     pub stream_errors: IntCounterVec,
+    /// `pdgate_client_fields_dropped_total{field}`: router-owned body fields
+    /// (`kv_transfer_params`, `ec_transfer_params`) removed from client requests.
+    pub client_fields_dropped: IntCounterVec,
     /// `pdgate_upstream_failures_total{phase, kind}`: legs that produced no usable response,
     /// by failure kind (`failure::kind_label`), every try counted.
     pub upstream_failures: IntCounterVec,
@@ -164,6 +167,11 @@ impl Metrics {
             "Streams ended by an error event after streaming to the client began, by kind.",
             &["kind"],
         );
+        let client_fields_dropped = counter_vec(
+            "pdgate_client_fields_dropped_total",
+            "Router-owned body fields removed from client requests, by field.",
+            &["field"],
+        );
         let upstream_failures = counter_vec(
             "pdgate_upstream_failures_total",
             "Phase legs that produced no usable response, by phase and failure kind.",
@@ -245,6 +253,7 @@ impl Metrics {
             in_flight,
             conditional_decode,
             stream_errors,
+            client_fields_dropped,
             upstream_failures,
             prefill_fallbacks,
             scrape_errors,

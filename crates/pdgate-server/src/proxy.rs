@@ -166,15 +166,49 @@ fn decision_id() -> HeaderValue {
         .unwrap_or(HeaderValue::from_static("pdgate"))
 }
 
+/// Longest client `x-request-id` kept, bytes.
+pub const MAX_REQUEST_ID_BYTES: usize = 128;
+
+/// The request's id: the client's `x-request-id` when it is one short token — 1 to
+/// [`MAX_REQUEST_ID_BYTES`] visible ASCII characters (`!`..`~`), as it is echoed in a header,
+/// sent to every engine and becomes the completion id — else a fresh UUID v4. A replaced
+/// client value is logged (rate-limited; its length, not its bytes).
 fn request_id(client: &HeaderMap) -> HeaderValue {
-    client
-        .get(headers::REQUEST_ID)
-        .filter(|v| !v.is_empty() && v.len() <= 256)
-        .cloned()
-        .unwrap_or_else(|| {
-            HeaderValue::from_str(&uuid::Uuid::new_v4().to_string())
-                .unwrap_or(HeaderValue::from_static("pdgate"))
-        })
+    let given = client.get(headers::REQUEST_ID);
+    if let Some(v) = given.filter(|v| is_token(v.as_bytes())) {
+        return v.clone();
+    }
+    if let Some(v) = given {
+        if crate::log_limit::allow(&crate::log_limit::REQUEST_IDS) {
+            tracing::info!(
+                bytes = v.len(),
+                "client x-request-id is not a short visible-ASCII token; replaced"
+            );
+        }
+    }
+    HeaderValue::from_str(&uuid::Uuid::new_v4().to_string())
+        .unwrap_or(HeaderValue::from_static("pdgate"))
+}
+
+/// 1..=[`MAX_REQUEST_ID_BYTES`] bytes, each visible ASCII.
+fn is_token(v: &[u8]) -> bool {
+    (1..=MAX_REQUEST_ID_BYTES).contains(&v.len()) && v.iter().all(|b| b.is_ascii_graphic())
+}
+
+/// Removes a client's router-owned body fields ([`pdgate_coordinator::owned`]) from its
+/// parsed body and bytes; counts each (`pdgate_client_fields_dropped_total{field}`) and logs
+/// (rate-limited).
+fn drop_router_owned(state: &AppState, req: &mut InferenceRequest, raw: &mut Bytes) {
+    for field in pdgate_coordinator::owned::strip_request(req, raw) {
+        state
+            .metrics
+            .client_fields_dropped
+            .with_label_values(&[field])
+            .inc();
+        if crate::log_limit::allow(&crate::log_limit::CLIENT_FIELDS) {
+            tracing::warn!(field, "router-owned field removed from a client request");
+        }
+    }
 }
 
 /// Request headers as the scheduler's plugins read them.
@@ -194,8 +228,17 @@ async fn run(
     rid: &HeaderValue,
 ) -> Result<Response, ApiError> {
     let mut own_view: HeaderMap;
-    let raw = read_body(body, state.max_body_bytes, &client_headers).await?;
-    let req = InferenceRequest::parse(api, &raw)?;
+    let mut raw = read_body(body, state.max_body_bytes, &client_headers).await?;
+    let mut req = InferenceRequest::parse(api, &raw)?;
+    let present = HeaderNames::of(&client_headers);
+    let profile = profile_header(&client_headers, &present)?;
+    // A per-role router's caller with a profile header is a coordinator sending a phase leg;
+    // anyone else is a client, whose router-owned body fields go (issue 10: a client must not
+    // steer an engine's KV transfer).
+    let coordinator = state.routers.is_none() && profile.is_some();
+    if !coordinator {
+        drop_router_owned(state, &mut req, &mut raw);
+    }
     let mut upstream_headers = state
         .forward_rules
         .upstream_request_headers(&client_headers, rid);
@@ -206,6 +249,7 @@ async fn run(
         upstream_headers,
         rid,
         session_id,
+        coordinator,
     };
 
     if let Some(routers) = &state.routers {
@@ -236,8 +280,6 @@ async fn run(
     if !state.model_may_exist(&req.model) {
         return Err(ApiError::ModelNotFound(req.model));
     }
-    let present = HeaderNames::of(&client_headers);
-    let profile = profile_header(&client_headers, &present)?;
     // Without a profile header this router is the client's coordinator: the client's own
     // copies of forwarded headers (e.g. `x-llm-d-disagg-revision`) are discarded before the
     // screeners see them (design.md §5.3). With one, the caller is a coordinator whose

@@ -49,6 +49,7 @@ impl Upstream {
     /// failed after sending), `HeadTimeout` (streamed) or `Deadline` (non-streamed) when no
     /// head came in time, `BodyTimeout`, `Deadline` or `BodyBroken` while reading a
     /// non-streamed body.
+    /// A non-streamed body over [`MAX_ANSWER_BYTES`] fails as `BodyBroken`.
     pub async fn send(
         &self,
         endpoint: &str,
@@ -57,6 +58,22 @@ impl Upstream {
         headers: HeaderMap,
         body: Bytes,
         t: LegTimeouts,
+    ) -> Result<PhaseResponse<LegBody>, DispatchError> {
+        self.send_limited(endpoint, method, uri, headers, body, t, MAX_ANSWER_BYTES)
+            .await
+    }
+
+    /// [`Self::send`] with a non-streamed body read up to `max_bytes`.
+    #[allow(clippy::too_many_arguments)]
+    async fn send_limited(
+        &self,
+        endpoint: &str,
+        method: Method,
+        uri: String,
+        headers: HeaderMap,
+        body: Bytes,
+        t: LegTimeouts,
+        max_bytes: usize,
     ) -> Result<PhaseResponse<LegBody>, DispatchError> {
         let started = Instant::now();
         let mut req = Request::builder()
@@ -86,7 +103,7 @@ impl Upstream {
             LegBody::streamed(body, t.body, deadline)
         } else {
             let left = t.total.map(|d| d.saturating_sub(started.elapsed()));
-            LegBody::full(read_whole(endpoint, body, t.body, left).await?)
+            LegBody::full(read_whole(endpoint, body, t.body, left, max_bytes).await?)
         };
         Ok(PhaseResponse {
             status: parts.status.as_u16(),
@@ -95,7 +112,8 @@ impl Upstream {
         })
     }
 
-    /// `GET http://{address}{path}` and its whole body within `timeout`, for scraping.
+    /// `GET http://{address}{path}` and its whole body within `timeout`, for scraping; a
+    /// body over [`MAX_SCRAPE_BYTES`] fails as `BodyBroken`.
     pub async fn get(
         &self,
         endpoint: &str,
@@ -110,13 +128,14 @@ impl Upstream {
             total: Some(timeout),
         };
         let resp = self
-            .send(
+            .send_limited(
                 endpoint,
                 Method::GET,
                 format!("http://{address}{path}"),
                 HeaderMap::new(),
                 Bytes::new(),
                 t,
+                MAX_SCRAPE_BYTES,
             )
             .await?;
         let body = resp.body.into_full().unwrap_or_default();
@@ -124,31 +143,47 @@ impl Upstream {
     }
 }
 
-/// Reads a whole body: each wait bounded by `body` and the whole by `left` (the rest of the
-/// leg's deadline).
+/// Largest non-streamed engine answer read (prefill answers, error bodies, `n > 1`
+/// completions), bytes: 64 MiB, the default cap of a client request body.
+pub const MAX_ANSWER_BYTES: usize = 64 << 20;
+
+/// Largest `/metrics` or `/v1/models` read from an engine, bytes (a vLLM `/metrics` is about
+/// 100 KB).
+pub const MAX_SCRAPE_BYTES: usize = 8 << 20;
+
+/// Reads a whole body of at most `max_bytes`: each wait bounded by `body` and the whole by
+/// `left` (the rest of the leg's deadline).
 ///
 /// Errors: `BodyTimeout` (the body stalled), `Deadline` (the leg's deadline passed first),
-/// `BodyBroken` (the connection failed mid-body).
+/// `BodyBroken` (the connection failed mid-body, or the body is over `max_bytes`: what was
+/// read so far is dropped).
 pub async fn read_whole(
     endpoint: &str,
     body: hyper::body::Incoming,
     body_timeout: Duration,
     left: Option<Duration>,
+    max_bytes: usize,
 ) -> Result<Bytes, DispatchError> {
     let (limit, kind) = match left {
         Some(l) if l < body_timeout => (l, FailureKind::Deadline),
         _ => (body_timeout, FailureKind::BodyTimeout),
     };
+    let body = http_body_util::Limited::new(body, max_bytes);
     match tokio::time::timeout(limit, body.collect()).await {
         Err(_) => Err(DispatchError::new(
             kind,
             endpoint,
             format!("body not complete {} ms after the head", limit.as_millis()),
         )),
+        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => Err(DispatchError::new(
+            FailureKind::BodyBroken,
+            endpoint,
+            format!("answer over {max_bytes} bytes"),
+        )),
         Ok(Err(e)) => Err(DispatchError::new(
             FailureKind::BodyBroken,
             endpoint,
-            error_chain(&e),
+            error_chain(&*e),
         )),
         Ok(Ok(c)) => Ok(c.to_bytes()),
     }

@@ -1,0 +1,121 @@
+//! Router-owned body fields: the fields the router itself sets on a phase leg (design.md §5.2:
+//! `kv_transfer_params` for the KV handoff, `ec_transfer_params` for encoder output). A client's
+//! copies would let it steer an engine (a decode engine pulls KV from the `remote_host` and
+//! `remote_port` it is given; a prefill engine keeps a KV lease for a `do_remote_decode` nobody
+//! will pull), and an engine's copies in its answers name internal hosts, ports and leases. So
+//! a client's copies are removed from its body before any leg is built, on every path, and the
+//! engines' copies are removed from what reaches the client. A coordinator's legs keep them:
+//! that is the contract between a coordinator and a per-role router.
+//!
+//! This list is the one place that names them; the edits keep every other byte as it was
+//! ([`crate::json_patch`]).
+
+use crate::json_patch::{self, Edit};
+use crate::phase_body::KV_TRANSFER_PARAMS;
+use bytes::Bytes;
+use pdgate_api::media::EC_TRANSFER_PARAMS;
+use pdgate_api::InferenceRequest;
+
+/// Body fields only the router sets on legs.
+pub const ROUTER_OWNED_FIELDS: &[&str] = &[KV_TRANSFER_PARAMS, EC_TRANSFER_PARAMS];
+
+/// True when `bytes` may carry a router-owned field (a fast substring test: the JSON key
+/// with its quotes), so that bodies without one are never parsed.
+pub fn mentions(bytes: &[u8]) -> bool {
+    ROUTER_OWNED_FIELDS.iter().any(|f| {
+        memchr::memmem::find(bytes, f.as_bytes()).is_some_and(|i| i > 0 && bytes[i - 1] == b'"')
+    })
+}
+
+/// Removes the router-owned fields from a client request: from its parsed body and from its
+/// bytes `raw` (which legs are built from). Returns the fields that were there (in list
+/// order), for the caller to count and log; nothing is touched when there were none.
+pub fn strip_request(req: &mut InferenceRequest, raw: &mut Bytes) -> Vec<&'static str> {
+    let found: Vec<&'static str> = ROUTER_OWNED_FIELDS
+        .iter()
+        .copied()
+        .filter(|f| req.body.contains_key(*f))
+        .collect();
+    if found.is_empty() {
+        return found;
+    }
+    for f in &found {
+        req.body.remove(*f);
+    }
+    let edits: Vec<Edit<'_>> = found.iter().map(|f| Edit::Remove(f)).collect();
+    *raw = match json_patch::patch(raw, &edits) {
+        Ok(b) => Bytes::from(b),
+        // `raw` parsed as an object already; should it not patch, rebuild it from the body.
+        Err(_) => crate::pipeline::to_bytes(req.body.clone()),
+    };
+    found
+}
+
+/// A JSON object answer without its router-owned fields; `None` when it has none (or is not
+/// a JSON object: then it is passed as it is).
+pub fn strip_json(body: &[u8]) -> Option<Vec<u8>> {
+    if !mentions(body) {
+        return None;
+    }
+    let edits: Vec<Edit<'_>> = ROUTER_OWNED_FIELDS
+        .iter()
+        .map(|f| Edit::Remove(f))
+        .collect();
+    json_patch::patch(body, &edits)
+        .ok()
+        .filter(|b| b.as_slice() != body)
+}
+
+/// One SSE line (`data: {…}` with its line end) without the router-owned fields of its JSON
+/// payload; `None` when it has none.
+pub fn strip_sse_line(line: &[u8]) -> Option<Vec<u8>> {
+    let payload = line.strip_prefix(b"data:")?;
+    let trimmed = payload.trim_ascii_start();
+    let lead = line.len() - trimmed.len();
+    let end = trimmed.trim_ascii_end().len();
+    let stripped = strip_json(&trimmed[..end])?;
+    let mut out = Vec::with_capacity(line.len());
+    out.extend_from_slice(&line[..lead]);
+    out.extend_from_slice(&stripped);
+    out.extend_from_slice(&trimmed[end..]);
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pdgate_api::ApiKind;
+
+    #[test]
+    fn client_copies_leave_body_and_bytes_and_the_rest_stays_byte_for_byte() {
+        let mut raw = Bytes::from_static(
+            br#"{"model":"m", "kv_transfer_params":{"do_remote_prefill":true,"remote_host":"127.0.0.1","remote_port":9},"prompt":"hi","ec_transfer_params":[1]}"#,
+        );
+        let mut req = InferenceRequest::parse(ApiKind::Completions, &raw).unwrap();
+        let found = strip_request(&mut req, &mut raw);
+        assert_eq!(found, vec!["kv_transfer_params", "ec_transfer_params"]);
+        assert_eq!(&raw[..], br#"{"model":"m","prompt":"hi"}"#);
+        assert!(!req.body.contains_key("kv_transfer_params"));
+        let mut clean = Bytes::from_static(br#"{"model":"m",  "prompt":"kv_transfer_params"}"#);
+        let mut req = InferenceRequest::parse(ApiKind::Completions, &clean).unwrap();
+        assert!(strip_request(&mut req, &mut clean).is_empty());
+        assert_eq!(
+            &clean[..],
+            br#"{"model":"m",  "prompt":"kv_transfer_params"}"#
+        );
+    }
+
+    #[test]
+    fn answers_lose_engine_copies_in_json_and_sse() {
+        let body = br#"{"id":"c","choices":[],"kv_transfer_params":{"remote_host":"10.0.0.1","remote_port":5600}}"#;
+        assert_eq!(strip_json(body).unwrap(), br#"{"id":"c","choices":[]}"#);
+        assert_eq!(strip_json(br#"{"id":"c"}"#), None);
+        assert_eq!(strip_json(b"not json kv_transfer_params"), None);
+        // A string that merely contains the name is not a field: nothing changes.
+        assert_eq!(strip_json(br#"{"text":"\"kv_transfer_params\""}"#), None);
+        let line = b"data: {\"id\":\"c\",\"kv_transfer_params\":null}\n";
+        assert_eq!(strip_sse_line(line).unwrap(), b"data: {\"id\":\"c\"}\n");
+        assert_eq!(strip_sse_line(b"data: [DONE]\n"), None);
+        assert_eq!(strip_sse_line(b": comment kv_transfer_params\n"), None);
+    }
+}

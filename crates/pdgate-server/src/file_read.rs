@@ -1,0 +1,78 @@
+//! Reading the files an operator points pdgate at (the endpoints file, watched while it runs)
+//! so that a wrong path cannot eat memory or stop discovery: only a regular file (after
+//! following links) is opened — a FIFO would block the reader for good, `/dev/zero` would
+//! never end — and at most a stated number of bytes is read.
+
+use std::io::Read;
+use std::path::Path;
+
+/// Largest endpoints file read, bytes (10,000 endpoints take about 2 MB).
+pub const MAX_ENDPOINTS_FILE_BYTES: u64 = 16 << 20;
+
+/// The text of `path` when it is a regular file of at most `max` bytes of UTF-8.
+///
+/// Errors (a message naming the problem): not found or unreadable, not a regular file
+/// (directory, FIFO, device), larger than `max` (also when it grew while being read), not
+/// UTF-8.
+pub fn read_regular_file(path: &Path, max: u64) -> Result<String, String> {
+    let meta = std::fs::metadata(path).map_err(|e| e.to_string())?;
+    if !meta.is_file() {
+        return Err("not a regular file".into());
+    }
+    if meta.len() > max {
+        return Err(format!("{} bytes, over the limit of {max}", meta.len()));
+    }
+    let file = std::fs::File::open(path).map_err(|e| e.to_string())?;
+    let mut bytes = Vec::with_capacity(meta.len() as usize);
+    file.take(max + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| e.to_string())?;
+    if bytes.len() as u64 > max {
+        return Err(format!("over the limit of {max} bytes"));
+    }
+    String::from_utf8(bytes).map_err(|_| "not UTF-8 text".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_small_regular_files_are_read() {
+        let dir = std::env::temp_dir().join(format!("pdgate-file-read-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let ok = dir.join("endpoints.yaml");
+        std::fs::write(&ok, "endpoints: []\n").unwrap();
+        assert_eq!(read_regular_file(&ok, 100).unwrap(), "endpoints: []\n");
+        assert_eq!(
+            read_regular_file(&ok, 5).unwrap_err(),
+            "14 bytes, over the limit of 5"
+        );
+        let zero = dir.join("zero.yaml");
+        let _ = std::fs::remove_file(&zero);
+        std::os::unix::fs::symlink("/dev/zero", &zero).unwrap();
+        assert_eq!(
+            read_regular_file(&zero, 100).unwrap_err(),
+            "not a regular file"
+        );
+        let fifo = dir.join("fifo.yaml");
+        let _ = std::fs::remove_file(&fifo);
+        let made = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap();
+        assert!(made.success());
+        // Refused at once, never opened (opening a FIFO would wait for a writer).
+        assert_eq!(
+            read_regular_file(&fifo, 100).unwrap_err(),
+            "not a regular file"
+        );
+        assert_eq!(
+            read_regular_file(&dir, 100).unwrap_err(),
+            "not a regular file"
+        );
+        std::fs::write(&ok, [0xff, 0xfe]).unwrap();
+        assert_eq!(read_regular_file(&ok, 100).unwrap_err(), "not UTF-8 text");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

@@ -1,0 +1,40 @@
+//! Bounded reads (issue 10 item 3): an engine's non-streamed answer is read up to
+//! `MAX_ANSWER_BYTES`, and a larger one fails as a broken body instead of filling memory. A
+//! fake engine on 127.0.0.1:0 streams the oversized answer without holding it.
+
+mod support;
+
+use axum::body::Body;
+use axum::response::IntoResponse;
+use bytes::Bytes;
+use pdgate_api::labels;
+use pdgate_scheduler::{Endpoint, DEFAULT_CONFIG_YAML};
+use pdgate_server::upstream::MAX_ANSWER_BYTES;
+use serde_json::json;
+use std::collections::BTreeMap;
+use support::{fake_engine, router, send, url};
+
+#[tokio::test]
+async fn an_answer_over_the_cap_is_a_502_not_a_memory_spike() {
+    const CHUNK: usize = 1 << 20;
+    let engine = fake_engine("/v1/completions", |_| {
+        // An error body of 80 MiB, sent 1 MiB at a time.
+        let chunks = (0..80).map(|_| Ok::<_, std::io::Error>(Bytes::from(vec![b'x'; CHUNK])));
+        let body = Body::from_stream(futures_util::stream::iter(chunks));
+        (http::StatusCode::BAD_REQUEST, body).into_response()
+    })
+    .await;
+    let role = BTreeMap::from([(labels::ROLE.to_string(), "decode".to_string())]);
+    let r = router(
+        vec![Endpoint::new("d0", engine.addr.clone(), role)],
+        DEFAULT_CONFIG_YAML,
+    )
+    .await;
+    let reply = send(&url(&r), &[], &json!({"model": "m", "prompt": "hi"})).await;
+    assert_eq!(reply.status, 502, "{}", reply.body);
+    let message = reply.body["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains(&format!("answer over {MAX_ANSWER_BYTES} bytes")),
+        "{message}"
+    );
+}
