@@ -5,10 +5,8 @@
 mod support;
 
 use axum::response::IntoResponse;
-use pdgate_api::labels;
-use pdgate_scheduler::{Endpoint, DEFAULT_CONFIG_YAML};
+use pdgate_scheduler::DEFAULT_CONFIG_YAML;
 use serde_json::json;
-use std::collections::BTreeMap;
 use support::{endpoints, fake_engine, router, send, sim_config, sim_workers, spec, url};
 
 #[tokio::test]
@@ -17,12 +15,7 @@ async fn request_ids_are_short_visible_tokens_and_error_echoes_are_cut() {
         axum::Json(json!({"id": "c", "choices": []})).into_response()
     })
     .await;
-    let role = BTreeMap::from([(labels::ROLE.to_string(), "decode".to_string())]);
-    let r = router(
-        vec![Endpoint::new("d0", engine.addr.clone(), role)],
-        DEFAULT_CONFIG_YAML,
-    )
-    .await;
+    let r = support::decode_router(&engine.addr).await;
     let body = json!({"model": "m", "prompt": "hi", "max_tokens": 1});
     // A short visible-ASCII token is kept: echoed and sent to the engine.
     let ok = send(&url(&r), &[("x-request-id", "req-42:a/b")], &body).await;

@@ -7,12 +7,9 @@ mod support;
 use axum::body::Body;
 use axum::response::IntoResponse;
 use bytes::Bytes;
-use pdgate_api::labels;
-use pdgate_scheduler::{Endpoint, DEFAULT_CONFIG_YAML};
 use pdgate_server::upstream::MAX_ANSWER_BYTES;
 use serde_json::json;
-use std::collections::BTreeMap;
-use support::{fake_engine, router, send, url};
+use support::{fake_engine, send, url};
 
 #[tokio::test]
 async fn an_answer_over_the_cap_is_a_502_not_a_memory_spike() {
@@ -24,12 +21,7 @@ async fn an_answer_over_the_cap_is_a_502_not_a_memory_spike() {
         (http::StatusCode::BAD_REQUEST, body).into_response()
     })
     .await;
-    let role = BTreeMap::from([(labels::ROLE.to_string(), "decode".to_string())]);
-    let r = router(
-        vec![Endpoint::new("d0", engine.addr.clone(), role)],
-        DEFAULT_CONFIG_YAML,
-    )
-    .await;
+    let r = support::decode_router(&engine.addr).await;
     let reply = send(&url(&r), &[], &json!({"model": "m", "prompt": "hi"})).await;
     assert_eq!(reply.status, 502, "{}", reply.body);
     let message = reply.body["error"]["message"].as_str().unwrap();

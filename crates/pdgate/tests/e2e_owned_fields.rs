@@ -5,12 +5,10 @@
 mod support;
 
 use axum::response::IntoResponse;
-use pdgate_api::labels;
 use pdgate_scenario::fleet::{self, FleetSpec};
-use pdgate_scheduler::{Endpoint, DEFAULT_CONFIG_YAML};
+use pdgate_scheduler::DEFAULT_CONFIG_YAML;
 use pdgate_server::app::PhaseRouters;
 use serde_json::{json, Value};
-use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use support::{coordinator, endpoints, fake_engine, metric, metrics, router, send, url};
@@ -190,12 +188,7 @@ async fn leaky_engine() -> support::FakeEngine {
 #[tokio::test]
 async fn an_engines_transfer_params_never_reach_the_client() {
     let engine = leaky_engine().await;
-    let role = BTreeMap::from([(labels::ROLE.to_string(), "decode".to_string())]);
-    let r = router(
-        vec![Endpoint::new("d0", engine.addr.clone(), role)],
-        DEFAULT_CONFIG_YAML,
-    )
-    .await;
+    let r = support::decode_router(&engine.addr).await;
     let body = json!({"model": "m", "prompt": "hi", "max_tokens": 2});
     let whole = send(&url(&r), &[], &body).await;
     assert_eq!(whole.status, 200);

@@ -222,6 +222,13 @@ pub async fn router(endpoints: Vec<Endpoint>, config_yaml: &str) -> ServerHandle
         .unwrap()
 }
 
+/// A router with the built-in config in front of one engine at `addr`, endpoint `d0` with
+/// the decode role (a fake engine's router).
+pub async fn decode_router(addr: &str) -> ServerHandle {
+    let role = BTreeMap::from([(pdgate_api::labels::ROLE.to_string(), "decode".to_string())]);
+    router(vec![Endpoint::new("d0", addr, role)], DEFAULT_CONFIG_YAML).await
+}
+
 /// A coordinator (layout (b)): a router without endpoints that sends each phase to `routers`.
 pub async fn coordinator(routers: PhaseRouters) -> ServerHandle {
     fleet::router_with(Vec::new(), DEFAULT_CONFIG_YAML, |o| {
