@@ -103,7 +103,8 @@ impl ForwardRules {
     /// router-owned (internal) headers, client copies of forwarded names (the coordinator
     /// alone sets those, from phase responses), and the router-consumed `Prefer` and profile
     /// headers (the coordinator sets them per leg: `Prefer` on its conditional-decode probe,
-    /// `x-llm-d-epp-profile` towards per-role routers); plus `x-request-id`.
+    /// `x-llm-d-epp-profile` towards per-role routers) and `Accept-Encoding` (the router reads
+    /// what it relays, so it asks for identity); plus `x-request-id`.
     pub fn upstream_request_headers(
         &self,
         client: &HeaderMap,
@@ -119,6 +120,9 @@ impl ForwardRules {
                 || n == headers::PREFER
                 || n == headers::EPP_PROFILE
                 || n == headers::EPP_PROFILE_LEGACY
+                // The router reads the answers it relays (SSE lines, error lines, router-owned
+                // fields), so engines answer it uncompressed.
+                || name == http::header::ACCEPT_ENCODING
             {
                 continue;
             }
@@ -229,6 +233,7 @@ mod tests {
             ("x-llm-d-disagg-revision", "forged"),
             ("x-tenant", "t1"),
             ("x-custom", "1"),
+            ("accept-encoding", "gzip, br"),
         ]);
         let rid = HeaderValue::from_static("rid");
         let phase = map(&[("x-llm-d-disagg-revision", "b"), ("x-tenant", "t9")]);

@@ -18,7 +18,7 @@
 
 use crate::failure::{self, BreakerEffect, LegEvent};
 use crate::leg_body::{LegBody, LegBodyError};
-use crate::owned_filter::OwnedFilter;
+use crate::owned_filter::{LineTooLong, OwnedFilter, MAX_SSE_LINE_BYTES};
 use bytes::{Bytes, BytesMut};
 use http_body::{Body, Frame, SizeHint};
 use pdgate_api::ErrorBody;
@@ -91,21 +91,36 @@ impl ResponseBody {
 
     /// `pass` through the owned-field filter; at the end of the upstream body, with what
     /// the filter still held.
-    fn filtered(&mut self, pass: Bytes) -> Bytes {
+    ///
+    /// Errors: the error event (then `[DONE]`) when the engine sent a line over
+    /// [`MAX_SSE_LINE_BYTES`] without its end (counted as `oversized_line`).
+    fn filtered(&mut self, pass: Bytes) -> Result<Bytes, Bytes> {
         let Some(f) = &mut self.owned else {
-            return pass;
+            return Ok(pass);
         };
-        let out = f.push(pass);
+        let out = match f.push(pass) {
+            Ok(out) => out,
+            Err(LineTooLong) => return Err(self.oversized_line()),
+        };
         if !self.inner.is_end_stream() {
-            return out;
+            return Ok(out);
         }
         let rest = f.finish();
         if rest.is_empty() {
-            return out;
+            return Ok(out);
         }
         let mut both = BytesMut::from(&out[..]);
         both.extend_from_slice(&rest);
-        both.freeze()
+        Ok(both.freeze())
+    }
+
+    /// The error event for an SSE line over [`MAX_SSE_LINE_BYTES`].
+    fn oversized_line(&mut self) -> Bytes {
+        let msg = format!(
+            "upstream {} sent an SSE line over {MAX_SSE_LINE_BYTES} bytes",
+            self.endpoint
+        );
+        self.fail(LegEvent::StreamBroken, "oversized_line", error_object(msg))
     }
 
     /// The upstream body ended cleanly: the request completed on its endpoints.
@@ -247,9 +262,14 @@ impl Body for ResponseBody {
                     let frame = match frame.into_data() {
                         Ok(data) if self.sse => {
                             let pass = self.scan(data);
-                            let pass = self.filtered(pass);
-                            let line_done =
-                                self.bare_line.as_ref().is_some_and(|l| l.contains(&b'\n'));
+                            let pass = match self.filtered(pass) {
+                                Ok(pass) => pass,
+                                Err(ev) => return Poll::Ready(Some(Ok(Frame::data(ev)))),
+                            };
+                            // A bare line ends at its line end, or is cut at the limit.
+                            let line_done = self.bare_line.as_ref().is_some_and(|l| {
+                                l.contains(&b'\n') || l.len() > MAX_SSE_LINE_BYTES
+                            });
                             if line_done {
                                 let ev = self.bare_line_event();
                                 if pass.is_empty() {

@@ -82,6 +82,9 @@ fn yes() -> bool {
     true
 }
 
+/// Largest `dp_size` of one endpoints-file entry (each rank is an endpoint).
+pub const MAX_DP_SIZE: u32 = 1024;
+
 /// Parses an endpoints file. Errors name the file, the line (YAML errors) or the entry.
 pub fn parse_endpoints_yaml(text: &str, source: &str) -> Result<Vec<Endpoint>, DiscoveryError> {
     let err = |message: String| DiscoveryError {
@@ -99,6 +102,9 @@ pub fn parse_endpoints_yaml(text: &str, source: &str) -> Result<Vec<Endpoint>, D
                 return Err(entry_err("give `dp_size` or `dp_rank`, not both".into()))
             }
             (Some(0), _) => return Err(entry_err("`dp_size` must be at least 1".into())),
+            (Some(n), _) if n > MAX_DP_SIZE => {
+                return Err(entry_err(format!("`dp_size` {n} is over {MAX_DP_SIZE}")))
+            }
             (Some(n), None) => (0..n)
                 .map(|r| (format!("{name}-rank-{r}"), Some(r)))
                 .collect(),
@@ -343,7 +349,9 @@ impl EndpointWatcher for FileWatcher {
                         }))
                     }
                     Err(e) => {
-                        tracing::error!(file = %name, error = %e, "endpoints file unreadable");
+                        if crate::log_limit::allow(&crate::log_limit::ENDPOINTS_FILE) {
+                            tracing::error!(file = %name, error = %e, "endpoints file unreadable");
+                        }
                         continue;
                     }
                 };
@@ -404,6 +412,25 @@ pub async fn start(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_huge_dp_size_is_refused_before_any_rank_is_built() {
+        let e = parse_endpoints_yaml(
+            "endpoints:\n- name: w\n  address: 127.0.0.1:9000\n  dp_size: 4000000000\n",
+            "eps.yaml",
+        )
+        .unwrap_err();
+        assert_eq!(
+            e.message,
+            "endpoints[0] (w): `dp_size` 4000000000 is over 1024"
+        );
+        let ok = parse_endpoints_yaml(
+            "endpoints:\n- name: w\n  address: 127.0.0.1:9000\n  dp_size: 1024\n",
+            "eps.yaml",
+        )
+        .unwrap();
+        assert_eq!(ok.len(), 1024);
+    }
 
     #[test]
     fn file_and_flag_forms_parse_and_errors_name_the_entry() {

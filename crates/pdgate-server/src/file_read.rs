@@ -1,7 +1,9 @@
 //! Reading the files an operator points pdgate at (the endpoints file, watched while it runs)
 //! so that a wrong path cannot eat memory or stop discovery: only a regular file (after
 //! following links) is opened — a FIFO would block the reader for good, `/dev/zero` would
-//! never end — and at most a stated number of bytes is read.
+//! never end — and at most a stated number of bytes is read. The type and size are checked
+//! on the opened handle (opened non-blocking), so a file swapped for a FIFO between a check
+//! and the open cannot block the reader.
 
 use std::io::Read;
 use std::path::Path;
@@ -15,14 +17,21 @@ pub const MAX_ENDPOINTS_FILE_BYTES: u64 = 16 << 20;
 /// (directory, FIFO, device), larger than `max` (also when it grew while being read), not
 /// UTF-8.
 pub fn read_regular_file(path: &Path, max: u64) -> Result<String, String> {
-    let meta = std::fs::metadata(path).map_err(|e| e.to_string())?;
+    use std::os::unix::fs::OpenOptionsExt;
+    // Opened without blocking (a FIFO put in place between a check and the open would wait
+    // for a writer forever), then checked on the open handle itself.
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .map_err(|e| e.to_string())?;
+    let meta = file.metadata().map_err(|e| e.to_string())?;
     if !meta.is_file() {
         return Err("not a regular file".into());
     }
     if meta.len() > max {
         return Err(format!("{} bytes, over the limit of {max}", meta.len()));
     }
-    let file = std::fs::File::open(path).map_err(|e| e.to_string())?;
     let mut bytes = Vec::with_capacity(meta.len() as usize);
     file.take(max + 1)
         .read_to_end(&mut bytes)
@@ -62,7 +71,7 @@ mod tests {
             .status()
             .unwrap();
         assert!(made.success());
-        // Refused at once, never opened (opening a FIFO would wait for a writer).
+        // Refused at once: opened without waiting for a writer, then seen to be a FIFO.
         assert_eq!(
             read_regular_file(&fifo, 100).unwrap_err(),
             "not a regular file"

@@ -19,6 +19,8 @@ pub static RETRIES: Site = AtomicU64::new(0);
 pub static PREFILL_FALLBACKS: Site = AtomicU64::new(0);
 /// Streams ended by an error event.
 pub static STREAM_ERRORS: Site = AtomicU64::new(0);
+/// Endpoints file unreadable while watching.
+pub static ENDPOINTS_FILE: Site = AtomicU64::new(0);
 /// Client request ids replaced.
 pub static REQUEST_IDS: Site = AtomicU64::new(0);
 /// Router-owned fields removed from client bodies.

@@ -6,6 +6,14 @@
 use bytes::{Bytes, BytesMut};
 use pdgate_coordinator::owned;
 
+/// Longest SSE line held while waiting for its end, bytes: vLLM's lines are a chunk of a few
+/// hundred bytes; an engine that sends more without a line end is broken, not streaming.
+pub const MAX_SSE_LINE_BYTES: usize = 4 << 20;
+
+/// An SSE line longer than [`MAX_SSE_LINE_BYTES`] without its end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LineTooLong;
+
 /// The line filter of one SSE response.
 #[derive(Debug, Default)]
 pub struct OwnedFilter {
@@ -15,17 +23,28 @@ pub struct OwnedFilter {
 
 impl OwnedFilter {
     /// The bytes of `data` (after what came before) that can go to the client now.
-    pub fn push(&mut self, data: Bytes) -> Bytes {
+    ///
+    /// Errors: [`LineTooLong`] when the incomplete last line grows past the limit (what it
+    /// held is dropped).
+    pub fn push(&mut self, data: Bytes) -> Result<Bytes, LineTooLong> {
         if self.tail.is_empty() && data.ends_with(b"\n") && !owned::mentions(&data) {
-            return data; // The common case: whole lines, nothing to remove.
+            return Ok(data); // The common case: whole lines, nothing to remove.
         }
         self.tail.extend_from_slice(&data);
         let Some(last) = self.tail.iter().rposition(|&b| b == b'\n') else {
-            return Bytes::new();
+            if self.tail.len() > MAX_SSE_LINE_BYTES {
+                self.tail = BytesMut::new();
+                return Err(LineTooLong);
+            }
+            return Ok(Bytes::new());
         };
         let lines = self.tail.split_to(last + 1).freeze();
+        if self.tail.len() > MAX_SSE_LINE_BYTES {
+            self.tail = BytesMut::new();
+            return Err(LineTooLong);
+        }
         if !owned::mentions(&lines) {
-            return lines;
+            return Ok(lines);
         }
         let mut out = Vec::with_capacity(lines.len());
         for line in lines.split_inclusive(|&b| b == b'\n') {
@@ -34,7 +53,7 @@ impl OwnedFilter {
                 None => out.extend_from_slice(line),
             }
         }
-        Bytes::from(out)
+        Ok(Bytes::from(out))
     }
 
     /// What is left at the end of the stream (a last line without its end), as it came.
@@ -50,17 +69,33 @@ mod tests {
     #[test]
     fn lines_pass_and_a_split_field_is_still_removed() {
         let mut f = OwnedFilter::default();
-        let a = f.push(Bytes::from_static(b"data: {\"id\":1}\n\n"));
+        let a = f.push(Bytes::from_static(b"data: {\"id\":1}\n\n")).unwrap();
         assert_eq!(&a[..], b"data: {\"id\":1}\n\n");
         // The field's name is cut between two frames.
         let b = f.push(Bytes::from_static(b"data: {\"id\":2,\"kv_trans"));
-        assert!(b.is_empty());
+        assert!(b.unwrap().is_empty());
         let c = f.push(Bytes::from_static(
             b"fer_params\":{\"remote_host\":\"10.0.0.1\"}}\n\ndata: [DONE]\n\n",
         ));
-        assert_eq!(&c[..], b"data: {\"id\":2}\n\ndata: [DONE]\n\n");
+        assert_eq!(&c.unwrap()[..], b"data: {\"id\":2}\n\ndata: [DONE]\n\n");
         let d = f.push(Bytes::from_static(b"data: {\"id\":3}"));
-        assert!(d.is_empty());
+        assert!(d.unwrap().is_empty());
         assert_eq!(&f.finish()[..], b"data: {\"id\":3}");
+    }
+
+    #[test]
+    fn a_line_without_end_is_held_up_to_the_limit_only() {
+        let mut f = OwnedFilter::default();
+        let chunk = Bytes::from(vec![b'x'; 1 << 20]);
+        for _ in 0..4 {
+            assert_eq!(f.push(chunk.clone()).unwrap().len(), 0);
+        }
+        assert_eq!(f.push(chunk.clone()), Err(LineTooLong));
+        assert!(f.finish().is_empty(), "what it held is dropped");
+        // The same after complete lines in the same frame.
+        let mut g = OwnedFilter::default();
+        let mut big = b"data: {}\n".to_vec();
+        big.extend(std::iter::repeat_n(b'y', MAX_SSE_LINE_BYTES + 1));
+        assert_eq!(g.push(Bytes::from(big)), Err(LineTooLong));
     }
 }

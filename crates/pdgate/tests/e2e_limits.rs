@@ -30,3 +30,42 @@ async fn an_answer_over_the_cap_is_a_502_not_a_memory_spike() {
         "{message}"
     );
 }
+
+#[tokio::test]
+async fn a_streamed_line_that_never_ends_is_cut_with_an_error_event() {
+    const CHUNK: usize = 1 << 20;
+    let engine = fake_engine("/v1/completions", |_| {
+        // One `data:` line of 20 MiB, never ended.
+        let head = std::iter::once(Ok::<_, std::io::Error>(Bytes::from_static(
+            b"data: {\"a\":\"",
+        )));
+        let rest = (0..20).map(|_| Ok(Bytes::from(vec![b'x'; CHUNK])));
+        let body = Body::from_stream(futures_util::stream::iter(head.chain(rest)));
+        ([("content-type", "text/event-stream")], body).into_response()
+    })
+    .await;
+    let r = support::decode_router(&engine.addr).await;
+    let resp = reqwest::Client::new()
+        .post(format!("{}/v1/completions", url(&r)))
+        .json(&json!({"model": "m", "prompt": "hi", "stream": true}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let text = resp.text().await.unwrap();
+    assert!(
+        text.len() < 1024,
+        "the held line is dropped: {} bytes",
+        text.len()
+    );
+    assert!(
+        text.contains("sent an SSE line over 4194304 bytes"),
+        "{text}"
+    );
+    assert!(text.ends_with("data: [DONE]\n\n"), "{text}");
+    let m = support::metrics(&url(&r)).await;
+    assert_eq!(
+        support::metric(&m, "pdgate_stream_errors_total{kind=\"oversized_line\"}"),
+        1
+    );
+}
