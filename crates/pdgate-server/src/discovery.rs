@@ -91,6 +91,7 @@ pub fn parse_endpoints_yaml(text: &str, source: &str) -> Result<Vec<Endpoint>, D
         source_name: source.to_string(),
         message,
     };
+    crate::file_read::check_nesting(text).map_err(err)?;
     let file: EndpointsFile = serde_yaml_ng::from_str(text).map_err(|e| err(e.to_string()))?;
     let mut out = Vec::with_capacity(file.endpoints.len());
     for (i, e) in file.endpoints.into_iter().enumerate() {
@@ -412,6 +413,29 @@ pub async fn start(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn deep_nesting_is_refused_before_parsing() {
+        let deep = format!(
+            "endpoints: {}{}\n",
+            "[".repeat(200_000),
+            "]".repeat(200_000)
+        );
+        let started = std::time::Instant::now();
+        let e = parse_endpoints_yaml(&deep, "eps.yaml").unwrap_err();
+        assert_eq!(e.message, "line 1: nested deeper than 64 levels");
+        assert!(started.elapsed() < std::time::Duration::from_secs(5));
+        let indented = format!("endpoints:\n{}- a\n", " ".repeat(200));
+        let e = parse_endpoints_yaml(&indented, "eps.yaml").unwrap_err();
+        assert_eq!(e.message, "line 2: indented deeper than 64 levels");
+        // Brackets in quotes and comments do not count; ordinary flow maps pass.
+        let ok = format!(
+            "endpoints: # {}\n- {{name: \"{}\", address: 127.0.0.1:9000, labels: {{a.b/c: d}}}}\n",
+            "[".repeat(100),
+            "[".repeat(100)
+        );
+        assert_eq!(parse_endpoints_yaml(&ok, "eps.yaml").unwrap().len(), 1);
+    }
 
     #[test]
     fn a_huge_dp_size_is_refused_before_any_rank_is_built() {
