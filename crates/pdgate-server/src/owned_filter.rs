@@ -1,5 +1,5 @@
 //! Engines' router-owned fields ([`pdgate_coordinator::owned`]) taken out of an SSE stream on
-//! its way to the client: complete lines pass through at once, a `data:` line naming such a
+//! its way to the client: complete lines (ended by LF, CR or CR LF) pass through at once, a `data:` line naming such a
 //! field is rewritten without it, and an incomplete last line waits for its end (an event is
 //! dispatched only at its blank line anyway, so nothing a client could act on is delayed).
 
@@ -31,7 +31,7 @@ impl OwnedFilter {
             return Ok(data); // The common case: whole lines, nothing to remove.
         }
         self.tail.extend_from_slice(&data);
-        let Some(last) = self.tail.iter().rposition(|&b| b == b'\n') else {
+        let Some(last) = self.tail.iter().rposition(|&b| is_line_end(b)) else {
             if self.tail.len() > MAX_SSE_LINE_BYTES {
                 self.tail = BytesMut::new();
                 return Err(LineTooLong);
@@ -47,7 +47,7 @@ impl OwnedFilter {
             return Ok(lines);
         }
         let mut out = Vec::with_capacity(lines.len());
-        for line in lines.split_inclusive(|&b| b == b'\n') {
+        for line in lines.split_inclusive(|&b| is_line_end(b)) {
             match owned::strip_sse_line(line) {
                 Some(clean) => out.extend_from_slice(&clean),
                 None => out.extend_from_slice(line),
@@ -60,6 +60,12 @@ impl OwnedFilter {
     pub fn finish(&mut self) -> Bytes {
         self.tail.split().freeze()
     }
+}
+
+/// An SSE line ends at CR, LF or CR LF (the EventSource grammar); bytes pass unchanged, so
+/// a CR LF split between two lines here still reaches the client as CR LF.
+fn is_line_end(b: u8) -> bool {
+    b == b'\n' || b == b'\r'
 }
 
 #[cfg(test)]

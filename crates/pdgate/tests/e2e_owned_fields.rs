@@ -209,3 +209,24 @@ async fn an_engines_transfer_params_never_reach_the_client() {
     assert_eq!(leg.status, 200);
     assert_eq!(leg.body["kv_transfer_params"]["remote_host"], "10.1.2.3");
 }
+
+#[tokio::test]
+async fn sse_with_cr_line_ends_loses_the_field_and_keeps_its_separators() {
+    let engine = fake_engine("/v1/completions", |_| {
+        let sse = "data: {\"id\":\"c\",\"kv_transfer_params\":{\"remote_host\":\"10.1.2.3\"}}\r\rdata: [DONE]\r\r";
+        ([("content-type", "text/event-stream")], sse).into_response()
+    })
+    .await;
+    let r = support::decode_router(&engine.addr).await;
+    let resp = reqwest::Client::new()
+        .post(format!("{}/v1/completions", url(&r)))
+        .json(&json!({"model": "m", "prompt": "hi", "stream": true}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    assert_eq!(
+        resp.text().await.unwrap(),
+        "data: {\"id\":\"c\"}\r\rdata: [DONE]\r\r"
+    );
+}
