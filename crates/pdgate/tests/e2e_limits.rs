@@ -45,14 +45,9 @@ async fn a_streamed_line_that_never_ends_is_cut_with_an_error_event() {
     })
     .await;
     let r = support::decode_router(&engine.addr).await;
-    let resp = reqwest::Client::new()
-        .post(format!("{}/v1/completions", url(&r)))
-        .json(&json!({"model": "m", "prompt": "hi", "stream": true}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), 200);
-    let text = resp.text().await.unwrap();
+    let streamed = json!({"model": "m", "prompt": "hi", "stream": true});
+    let (status, _, text) = support::stream_text(&url(&r), &streamed).await;
+    assert_eq!(status, 200);
     assert!(
         text.len() < 1024,
         "the held line is dropped: {} bytes",

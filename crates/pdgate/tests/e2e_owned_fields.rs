@@ -64,18 +64,7 @@ async fn a_clients_transfer_params_reach_no_engine_on_any_path() {
     ] {
         let body = hostile(first, len, port, extra);
         let r = if body["stream"] == true {
-            let resp = reqwest::Client::new()
-                .post(format!("{direct}/v1/completions"))
-                .json(&body)
-                .send()
-                .await
-                .unwrap();
-            let status = resp.status().as_u16();
-            let mode = resp.headers()["x-pdgate-pd-mode"]
-                .to_str()
-                .unwrap()
-                .to_string();
-            let text = resp.text().await.unwrap();
+            let (status, mode, text) = support::stream_text(&direct, &body).await;
             assert!(text.ends_with("data: [DONE]\n\n"), "{text}");
             assert!(!text.contains("transfer_params"), "{text}");
             (status, mode)
@@ -193,15 +182,11 @@ async fn an_engines_transfer_params_never_reach_the_client() {
     let whole = send(&url(&r), &[], &body).await;
     assert_eq!(whole.status, 200);
     assert_eq!(whole.body, json!({"id": "c", "choices": [{"text": "ok"}]}));
-    let resp = reqwest::Client::new()
-        .post(format!("{}/v1/completions", url(&r)))
-        .json(&json!({"model": "m", "prompt": "hi", "max_tokens": 2, "stream": true}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), 200);
+    let streamed = json!({"model": "m", "prompt": "hi", "max_tokens": 2, "stream": true});
+    let (status, _, text) = support::stream_text(&url(&r), &streamed).await;
+    assert_eq!(status, 200);
     assert_eq!(
-        resp.text().await.unwrap(),
+        text,
         "data: {\"id\":\"c\",\"choices\":[]}\n\ndata: {\"choices\":[{\"text\":\"ok\"}],\"id\":\"c\"}\n\ndata: [DONE]\n\n"
     );
     // A coordinator's leg (profile header) is the contract: the field is its to read.
@@ -218,15 +203,8 @@ async fn sse_with_cr_line_ends_loses_the_field_and_keeps_its_separators() {
     })
     .await;
     let r = support::decode_router(&engine.addr).await;
-    let resp = reqwest::Client::new()
-        .post(format!("{}/v1/completions", url(&r)))
-        .json(&json!({"model": "m", "prompt": "hi", "stream": true}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), 200);
-    assert_eq!(
-        resp.text().await.unwrap(),
-        "data: {\"id\":\"c\"}\r\rdata: [DONE]\r\r"
-    );
+    let streamed = json!({"model": "m", "prompt": "hi", "stream": true});
+    let (status, _, text) = support::stream_text(&url(&r), &streamed).await;
+    assert_eq!(status, 200);
+    assert_eq!(text, "data: {\"id\":\"c\"}\r\rdata: [DONE]\r\r");
 }

@@ -96,6 +96,24 @@ pub async fn send_to(
     }
 }
 
+/// POSTs `body` (a streamed request) as JSON to `{url}/v1/completions`; returns the status,
+/// the `x-pdgate-pd-mode` header (empty when absent) and the whole body as text.
+pub async fn stream_text(url: &str, body: &Value) -> (u16, String, String) {
+    let resp = reqwest::Client::new()
+        .post(format!("{url}/v1/completions"))
+        .json(body)
+        .send()
+        .await
+        .unwrap();
+    let status = resp.status().as_u16();
+    let mode = resp
+        .headers()
+        .get("x-pdgate-pd-mode")
+        .map(|v| v.to_str().unwrap().to_string())
+        .unwrap_or_default();
+    (status, mode, resp.text().await.unwrap())
+}
+
 /// A completions body for model `pdgate-sim`: the `len` token ids `first..first + len` and
 /// `max_tokens`.
 pub fn body(first: u32, len: u32, max_tokens: u32) -> Value {
