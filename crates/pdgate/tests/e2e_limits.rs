@@ -64,3 +64,51 @@ async fn a_streamed_line_that_never_ends_is_cut_with_an_error_event() {
         1
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scrapes_of_a_large_fleet_run_at_most_64_at_a_time() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    // One slow engine address behind 150 endpoint names: each /metrics takes 300 ms.
+    let (now, peak, served) = (
+        Arc::new(AtomicUsize::new(0)),
+        Arc::new(AtomicUsize::new(0)),
+        Arc::new(AtomicUsize::new(0)),
+    );
+    let (n, p, s) = (now.clone(), peak.clone(), served.clone());
+    let app = axum::Router::new().route(
+        "/metrics",
+        axum::routing::get(move || {
+            let (n, p, s) = (n.clone(), p.clone(), s.clone());
+            async move {
+                let c = n.fetch_add(1, Ordering::SeqCst) + 1;
+                p.fetch_max(c, Ordering::SeqCst);
+                tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+                n.fetch_sub(1, Ordering::SeqCst);
+                s.fetch_add(1, Ordering::SeqCst);
+                "vllm:num_requests_running 0\n"
+            }
+        }),
+    );
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap().to_string();
+    tokio::spawn(async move { axum::serve(l, app).await.unwrap() });
+    let eps = (0..150)
+        .map(|i| pdgate_scheduler::Endpoint::new(format!("e{i}"), addr.clone(), Default::default()))
+        .collect();
+    let _r = pdgate_scenario::fleet::router_with(eps, pdgate_scheduler::DEFAULT_CONFIG_YAML, |o| {
+        o.scrape_interval = std::time::Duration::from_millis(100)
+    })
+    .await
+    .unwrap();
+    support::wait_until(std::time::Duration::from_secs(10), "150 scrapes", || {
+        served.load(Ordering::SeqCst) >= 150
+    })
+    .await;
+    let peak = peak.load(Ordering::SeqCst);
+    assert_eq!(
+        peak,
+        pdgate_server::scrape::MAX_CONCURRENT_SCRAPES,
+        "peak {peak}"
+    );
+}

@@ -10,7 +10,9 @@
 //! that serve their model; `/v1/models` of the router lists them).
 //!
 //! Each endpoint is scraped by its own task, bounded by `timeout` for the whole exchange
-//! (head and body); an endpoint whose previous scrape is still running is skipped that tick,
+//! (head and body), at most [`MAX_CONCURRENT_SCRAPES`] at once over the whole fleet (the wait
+//! for a turn does not count against the timeout); an endpoint whose previous scrape is still
+//! running is skipped that tick,
 //! so one slow engine delays no other. A failure is counted (`pdgate_scrape_errors_total`)
 //! and logged at warn level when the endpoint starts failing, at info when it answers again
 //! (not every tick). An engine restart — `process_start_time_seconds` changed, or a failing
@@ -36,7 +38,12 @@ use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
+use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
+
+/// Scrapes in flight at once, over all endpoints: a fleet of 10,000 endpoints is read 64 at a
+/// time instead of opening 10,000 connections every interval.
+pub const MAX_CONCURRENT_SCRAPES: usize = 64;
 
 /// Called with an endpoint's name when its engine restarted.
 pub type OnRestart = Arc<dyn Fn(&str) + Send + Sync>;
@@ -81,6 +88,7 @@ pub fn start(
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut tracked: HashMap<String, Arc<Tracked>> = HashMap::new();
         let mut scrapes = JoinSet::new();
+        let permits = Arc::new(Semaphore::new(MAX_CONCURRENT_SCRAPES));
         let mut seen_version = u64::MAX;
         let mut n = 0u32;
         loop {
@@ -112,8 +120,12 @@ pub fn start(
                 };
                 let (up, metrics, on_restart) =
                     (upstream.clone(), metrics.clone(), on_restart.clone());
+                let permits = permits.clone();
                 scrapes.spawn(async move {
-                    scrape_one(&job, &up, &metrics, settings.timeout, &on_restart).await;
+                    // The semaphore is never closed; a scrape without a permit is skipped.
+                    if let Ok(_permit) = permits.acquire_owned().await {
+                        scrape_one(&job, &up, &metrics, settings.timeout, &on_restart).await;
+                    }
                     job.tracked.busy.store(false, Ordering::Release);
                 });
             }
