@@ -280,11 +280,11 @@ async fn run(
     if !state.model_may_exist(&req.model) {
         return Err(ApiError::ModelNotFound(req.model));
     }
-    // Without a profile header this router is the client's coordinator: the client's own
-    // copies of forwarded headers (e.g. `x-llm-d-disagg-revision`) are discarded before the
-    // screeners see them (design.md §5.3). With one, the caller is a coordinator whose
-    // forwarded headers are the contract between hops.
-    let scheduler_headers = if profile.is_some() {
+    // Called by a client, this router is its coordinator: the client's own copies of
+    // forwarded headers (e.g. `x-llm-d-disagg-revision`) are discarded before the screeners
+    // see them (design.md §5.3). Called by a coordinator, the forwarded headers are the
+    // contract between hops (the same rule as for the router-owned body fields above).
+    let scheduler_headers = if coordinator {
         Headers(&client_headers)
     } else {
         let strip: Vec<&str> = state

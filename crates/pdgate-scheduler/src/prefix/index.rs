@@ -11,6 +11,7 @@
 //! fleet, not of every pod ever seen. Memory is about `endpoints × lru_capacity × ~80` bytes
 //! at most ([`PrefixStats::bytes`] gives the current estimate).
 
+use super::bisect::Bisect;
 use super::{BlockHasher, BuildPassThrough};
 use crate::endpoint::EndpointState;
 use lru::LruCache;
@@ -145,50 +146,6 @@ impl Inner {
     }
 }
 
-/// The bisection of [`PrefixIndex::match_lengths`]: `held(i)` is the set of asked-for
-/// endpoints holding block *i*, non-increasing in *i*.
-struct Bisect<'a> {
-    inner: &'a Inner,
-    hashes: &'a [u64],
-    alive: &'a [u64],
-    depth: &'a mut [usize],
-}
-
-impl Bisect<'_> {
-    /// The asked-for endpoints holding block `i`.
-    fn held(&self, i: usize) -> Vec<u64> {
-        let set = self.inner.blocks.get(&self.hashes[i]);
-        self.alive
-            .iter()
-            .enumerate()
-            .map(|(w, a)| a & set.and_then(|s| s.get(w)).copied().unwrap_or(0))
-            .collect()
-    }
-
-    /// Given `before = held(lo - 1)` (all asked-for endpoints when `lo` is 0) and
-    /// `after = held(hi)` (none when `hi` is the prompt's length), sets the depth of every
-    /// endpoint in `before \ after`: the first block in `lo..=hi` it does not hold.
-    fn split(&mut self, lo: usize, hi: usize, before: &[u64], after: &[u64]) {
-        if before == after {
-            return;
-        }
-        if lo == hi {
-            for (w, (b, a)) in before.iter().zip(after).enumerate() {
-                let mut ended = b & !a;
-                while ended != 0 {
-                    self.depth[w * 64 + ended.trailing_zeros() as usize] = lo;
-                    ended &= ended - 1;
-                }
-            }
-            return;
-        }
-        let mid = lo + (hi - lo) / 2;
-        let at = self.held(mid);
-        self.split(lo, mid, before, &at);
-        self.split(mid + 1, hi, &at, after);
-    }
-}
-
 impl PrefixIndex {
     /// An empty index. `slot` is this producer's position in the scheduler (it keys the
     /// per-request hash cache of [`crate::RequestCtx`]); `lru_capacity` is in blocks (≥ 1).
@@ -266,7 +223,7 @@ impl PrefixIndex {
         let mut depth = vec![0usize; inner.lrus.len()];
         let none = vec![0u64; words];
         let mut walk = Bisect {
-            inner: &inner,
+            blocks: &inner.blocks,
             hashes,
             alive: &alive,
             depth: &mut depth,

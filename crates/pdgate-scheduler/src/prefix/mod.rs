@@ -4,6 +4,7 @@
 //! Source: llm-d `approx-prefix-cache-producer` (prefix hashing, per-server LRU, 4 bytes/token
 //! estimate for text prompts).
 
+mod bisect;
 mod hash;
 mod index;
 mod passthrough;
