@@ -22,7 +22,8 @@
 //! Every source is checked even when another one wins, so a malformed field is always reported.
 
 use crate::headers;
-use serde_json::{Map, Value};
+use crate::raw_object::RawObject;
+use serde_json::Value;
 use std::fmt;
 
 /// Longest accepted `x-session-id`, in characters (Unicode scalar values).
@@ -278,7 +279,7 @@ impl RoutingHints {
     /// checked before the body, in the order of the table in the module docs.
     pub fn parse<'h>(
         header: impl Fn(&str) -> Option<&'h str>,
-        body: &Map<String, Value>,
+        body: &RawObject,
     ) -> Result<RoutingHints, HintError> {
         let header = &header;
         let h_worker = header_group(header, WORKER_PIN_HEADERS, id_from_header)?;
@@ -288,22 +289,25 @@ impl RoutingHints {
         let h_prefill_rank = header_group(header, PREFILL_DP_RANK_HEADERS, rank_from_header)?;
         let session_id = header_group(header, &[headers::SESSION_ID], session_from_header)?;
 
+        let mut containers: Vec<(&'static str, RawObject)> = Vec::new();
         for &container in CONTAINERS {
-            match body.get(container) {
-                None | Some(Value::Null) | Some(Value::Object(_)) => {}
-                Some(_) => {
-                    return Err(HintError::WrongType {
-                        source: container,
-                        expected: OBJECT_EXPECTED,
-                    })
-                }
+            let wrong = HintError::WrongType {
+                source: container,
+                expected: OBJECT_EXPECTED,
+            };
+            match body.object(container) {
+                None => {}
+                Some(Ok(obj)) => containers.push((container, obj)),
+                Some(Err(_)) => return Err(wrong),
             }
         }
-        let b_worker = body_group(body, WORKER_PIN_FIELDS, id_from_json)?;
-        let b_prefill = body_group(body, PREFILL_PIN_FIELDS, id_from_json)?;
-        let b_decode = body_group(body, DECODE_PIN_FIELDS, id_from_json)?;
-        let b_rank = body_group(body, DP_RANK_FIELDS, rank_from_json)?;
-        let b_prefill_rank = body_group(body, PREFILL_DP_RANK_FIELDS, rank_from_json)?;
+        let body = &containers[..];
+        let b_worker = body_group(body, WORKER_PIN_FIELDS, id_from_json, ID_EXPECTED)?;
+        let b_prefill = body_group(body, PREFILL_PIN_FIELDS, id_from_json, ID_EXPECTED)?;
+        let b_decode = body_group(body, DECODE_PIN_FIELDS, id_from_json, ID_EXPECTED)?;
+        let b_rank = body_group(body, DP_RANK_FIELDS, rank_from_json, RANK_EXPECTED)?;
+        let b_prefill_rank =
+            body_group(body, PREFILL_DP_RANK_FIELDS, rank_from_json, RANK_EXPECTED)?;
 
         Ok(RoutingHints {
             worker_pin: h_worker.or(b_worker),
@@ -359,23 +363,37 @@ fn header_group<'h, T: PartialEq>(
     Ok(found.map(|(hint, _)| hint))
 }
 
-/// Reads one hint's body fields (`container.key` paths); every value given must agree.
+/// Reads one hint's body fields (`container.key` paths, `body` the containers present);
+/// every value given must agree. Only strings and numbers are decoded: any other type is
+/// `WrongType` with `expected`, unread.
 fn body_group<T: PartialEq>(
-    body: &Map<String, Value>,
+    body: &[(&'static str, RawObject)],
     paths: &'static [&'static str],
     parse: fn(&'static str, &Value) -> Result<T, HintError>,
+    expected: &'static str,
 ) -> Result<Option<Hint<T>>, HintError> {
-    let mut found: Option<(Hint<T>, &Value)> = None;
+    let mut found: Option<(Hint<T>, Value)> = None;
     for &path in paths {
         let (container, key) = path.split_once('.').expect("body paths are dotted");
-        let Some(Value::Object(obj)) = body.get(container) else {
+        let Some((_, obj)) = body.iter().find(|(c, _)| *c == container) else {
             continue;
         };
-        let raw = match obj.get(key) {
-            None | Some(Value::Null) => continue,
-            Some(v) => v,
+        let raw = match obj.raw(key) {
+            None | Some("null") => continue,
+            Some(r) if r.starts_with(['"', '-']) || r.starts_with(|c: char| c.is_ascii_digit()) => {
+                serde_json::from_str::<Value>(r).map_err(|_| HintError::WrongType {
+                    source: path,
+                    expected,
+                })?
+            }
+            Some(_) => {
+                return Err(HintError::WrongType {
+                    source: path,
+                    expected,
+                })
+            }
         };
-        let value = parse(path, raw)?;
+        let value = parse(path, &raw)?;
         match &found {
             None => {
                 found = Some((
@@ -391,7 +409,7 @@ fn body_group<T: PartialEq>(
                     first: first.source,
                     first_value: json_text(first_raw),
                     second: path,
-                    second_value: json_text(raw),
+                    second_value: json_text(&raw),
                 })
             }
             Some(_) => {}

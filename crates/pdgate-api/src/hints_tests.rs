@@ -3,9 +3,7 @@ use super::*;
 use serde_json::json;
 
 fn parse(h: &[(&str, &str)], body: Value) -> Result<RoutingHints, HintError> {
-    let Value::Object(body) = body else {
-        panic!("object")
-    };
+    let body = RawObject::parse(body.to_string().into()).expect("object");
     RoutingHints::parse(|n| h.iter().find(|(k, _)| *k == n).map(|(_, v)| *v), &body)
 }
 

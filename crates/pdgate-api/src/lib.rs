@@ -13,10 +13,12 @@ pub mod media;
 pub mod openai;
 pub mod phase;
 pub mod prefer;
+pub mod raw_object;
 pub mod role;
 
 pub use error::{ErrorBody, ErrorDetail};
 pub use kv::KvTransferParams;
 pub use openai::{ApiKind, InferenceRequest, PromptInput, RequestError, Usage};
 pub use phase::Phase;
+pub use raw_object::RawObject;
 pub use role::Role;

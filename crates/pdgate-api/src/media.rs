@@ -8,7 +8,9 @@
 //! `ec_transfer_params`; the router hands those entries to the prefill in the same field.
 //! Pure functions: no IO.
 
+use crate::raw_object::RawObject;
 use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
 use serde_json::{json, Map, Value};
 
 /// What a media part carries.
@@ -87,32 +89,64 @@ pub struct MediaItem {
 ///
 /// String contents, text parts, non-object parts and bodies without `messages` (as
 /// `/v1/completions` bodies) give nothing. Never fails: validating `messages` is
-/// [`crate::openai::flatten_messages`]' job.
-pub fn media_items(body: &Map<String, Value>) -> Vec<MediaItem> {
-    let Some(messages) = body.get("messages").and_then(Value::as_array) else {
+/// [`crate::openai::flatten_messages`]' job. No tree is built but of the media parts
+/// themselves, and a body whose `messages` never spells a media part type is not read at all.
+pub fn media_items(body: &RawObject) -> Vec<MediaItem> {
+    let Some(raw) = body.raw("messages") else {
         return Vec::new();
     };
-    let parts = messages
-        .iter()
-        .filter_map(|m| m.get("content").and_then(Value::as_array))
-        .flatten();
+    if !mentions_media(raw) {
+        return Vec::new();
+    }
+    let Ok(messages) = serde_json::from_str::<Vec<&RawValue>>(raw) else {
+        return Vec::new();
+    };
     let mut out = Vec::new();
-    for part in parts {
-        let Some(kind) = part
-            .get("type")
-            .and_then(Value::as_str)
-            .and_then(MediaKind::of_part_type)
+    for m in messages {
+        let Ok(ContentOf { content: Some(c) }) = serde_json::from_str::<ContentOf<'_>>(m.get())
         else {
             continue;
         };
-        out.push(MediaItem {
-            index: out.len(),
-            kind,
-            part: part.clone(),
-            hash: content_hash(part),
-        });
+        let Ok(parts) = serde_json::from_str::<Vec<&RawValue>>(c.get()) else {
+            continue;
+        };
+        for part in parts.into_iter().filter(|p| mentions_media(p.get())) {
+            let Ok(part) = serde_json::from_str::<Value>(part.get()) else {
+                continue;
+            };
+            let Some(kind) = part
+                .get("type")
+                .and_then(Value::as_str)
+                .and_then(MediaKind::of_part_type)
+            else {
+                continue;
+            };
+            out.push(MediaItem {
+                index: out.len(),
+                kind,
+                hash: content_hash(&part),
+                part,
+            });
+        }
     }
     out
+}
+
+/// True when `raw` may hold a media part: it spells one of [`MEDIA_PART_TYPES`], or has a
+/// `\u` escape (which could spell one). A cheap test before any decoding.
+fn mentions_media(raw: &str) -> bool {
+    let b = raw.as_bytes();
+    memchr::memmem::find(b, br"\u").is_some()
+        || MEDIA_PART_TYPES
+            .iter()
+            .any(|t| memchr::memmem::find(b, t.as_bytes()).is_some())
+}
+
+/// A message as media listing reads it: only the JSON text of `content`.
+#[derive(Deserialize)]
+struct ContentOf<'a> {
+    #[serde(borrow, default)]
+    content: Option<&'a RawValue>,
 }
 
 /// The content hash of a media part: the key the encoder and the prefill agree on (like
@@ -173,8 +207,8 @@ pub fn encode_leg_body(model: &str, item: &MediaItem) -> Map<String, Value> {
 mod tests {
     use super::*;
 
-    fn body(v: Value) -> Map<String, Value> {
-        v.as_object().unwrap().clone()
+    fn body(v: Value) -> RawObject {
+        RawObject::parse(v.to_string().into()).unwrap()
     }
 
     #[test]
@@ -230,6 +264,12 @@ mod tests {
             ]},
         ]}));
         let items = media_items(&b);
+        // An escaped type spells the same part type.
+        let escaped = RawObject::parse(
+            r#"{"messages":[{"role":"user","content":[{"type":"image\u005furl","image_url":"u"}]}]}"#.into(),
+        )
+        .unwrap();
+        assert_eq!(media_items(&escaped)[0].kind, MediaKind::Image);
         let got: Vec<(usize, MediaKind, &str)> = items
             .iter()
             .map(|i| (i.index, i.kind, i.part["type"].as_str().unwrap()))
@@ -258,6 +298,7 @@ mod tests {
             json!({"model": "m", "messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}]}),
             json!({"model": "m", "prompt": "hi"}),
             json!({"model": "m", "messages": "nope"}),
+            json!({"model": "m", "messages": [{"role": "user", "content": "an image_url"}]}),
         ] {
             assert_eq!(media_items(&body(b.clone())), vec![], "{b}");
         }

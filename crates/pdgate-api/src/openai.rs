@@ -4,8 +4,13 @@
 //! whole JSON object kept verbatim in [`InferenceRequest::body`] so phase bodies can be derived
 //! from it and unknown fields pass through.
 
+use crate::raw_object::{RawObject, RawObjectError};
+use bytes::Bytes;
+use serde::de::{self, SeqAccess, Visitor};
 use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value};
+use serde_json::value::RawValue;
+use std::borrow::Cow;
+use std::fmt;
 
 /// Which OpenAI API a request came in on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -61,6 +66,10 @@ pub enum RequestError {
     /// A required field is absent.
     #[error("missing required field `{0}`")]
     MissingField(&'static str),
+    /// A top-level field given twice (its name, cut to 64 bytes): refused, since JSON
+    /// readers differ on which copy counts.
+    #[error("field `{0}` is given more than once")]
+    DuplicateField(String),
     /// A field has the wrong type or value.
     #[error("field `{field}` {expected}")]
     InvalidField {
@@ -86,42 +95,47 @@ pub struct InferenceRequest {
     pub max_tokens: Option<u32>,
     /// `n` (default 1).
     pub n: u32,
-    /// The whole body, verbatim.
-    pub body: Map<String, Value>,
+    /// The whole body: its bytes and the span of each top-level field ([`RawObject`]: no tree).
+    pub body: RawObject,
 }
 
 /// Token-limit fields (design.md §5.2): set to 1 on the prefill leg.
 pub const TOKEN_LIMIT_FIELDS: &[&str] = &["max_tokens", "max_completion_tokens"];
 
 impl InferenceRequest {
-    /// Parses a request body for `kind`.
+    /// Parses a request body for `kind` (a copy of `bytes`; see [`Self::from_bytes`]).
     ///
     /// Errors: [`RequestError`] naming the field at fault. Batched completions prompts (more
     /// than one prompt in `prompt`) are rejected as `InvalidField { field: "prompt" }`.
     pub fn parse(kind: ApiKind, bytes: &[u8]) -> Result<Self, RequestError> {
-        let value: Value =
-            serde_json::from_slice(bytes).map_err(|e| RequestError::InvalidJson(e.to_string()))?;
-        let Value::Object(body) = value else {
-            return Err(RequestError::NotAnObject);
-        };
-        Self::from_body(kind, body)
+        Self::from_bytes(kind, Bytes::copy_from_slice(bytes))
     }
 
-    /// Like [`Self::parse`], from an already-decoded object.
-    pub fn from_body(kind: ApiKind, body: Map<String, Value>) -> Result<Self, RequestError> {
-        let model = match body.get("model") {
-            None | Some(Value::Null) => return Err(RequestError::MissingField("model")),
-            Some(Value::String(s)) if !s.is_empty() => s.clone(),
-            Some(_) => {
-                return Err(RequestError::InvalidField {
+    /// Parses a request body for `kind`, keeping `bytes` as the body. No JSON tree is built:
+    /// the typed fields are decoded from their spans, a token-id prompt straight into a
+    /// `Vec<u32>`, chat messages straight into the flattened text, so peak memory is the
+    /// body, the prompt and a few small values (issue 10).
+    ///
+    /// Errors: as [`Self::parse`], plus [`RequestError::DuplicateField`].
+    pub fn from_bytes(kind: ApiKind, bytes: Bytes) -> Result<Self, RequestError> {
+        let body = RawObject::parse(bytes).map_err(|e| match e {
+            RawObjectError::InvalidJson(m) => RequestError::InvalidJson(m),
+            RawObjectError::NotAnObject => RequestError::NotAnObject,
+            RawObjectError::DuplicateKey(k) => RequestError::DuplicateField(k),
+        })?;
+        let model = match body.raw("model") {
+            None | Some("null") => return Err(RequestError::MissingField("model")),
+            Some(raw) => serde_json::from_str::<String>(raw)
+                .ok()
+                .filter(|s| !s.is_empty())
+                .ok_or(RequestError::InvalidField {
                     field: "model",
                     expected: "must be a non-empty string",
-                })
-            }
+                })?,
         };
-        let stream = match body.get("stream") {
-            None | Some(Value::Null) => false,
-            Some(Value::Bool(b)) => *b,
+        let stream = match body.raw("stream") {
+            None | Some("null") | Some("false") => false,
+            Some("true") => true,
             Some(_) => {
                 return Err(RequestError::InvalidField {
                     field: "stream",
@@ -144,8 +158,11 @@ impl InferenceRequest {
             });
         }
         let prompt = match kind {
-            ApiKind::Completions => parse_prompt(body.get("prompt"))?,
-            ApiKind::ChatCompletions => PromptInput::Text(flatten_messages(body.get("messages"))?),
+            ApiKind::Completions => match body.raw("prompt") {
+                None | Some("null") => return Err(RequestError::MissingField("prompt")),
+                Some(raw) => prompt_input(raw)?,
+            },
+            ApiKind::ChatCompletions => PromptInput::Text(flatten_messages(body.raw("messages"))?),
         };
         Ok(InferenceRequest {
             kind,
@@ -161,102 +178,217 @@ impl InferenceRequest {
 
 const U32_RANGE: &str = "must be an integer from 0 to 4294967295";
 
-fn opt_u32(body: &Map<String, Value>, field: &'static str) -> Result<Option<u32>, RequestError> {
-    match body.get(field) {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::Number(n)) => n
-            .as_u64()
+fn opt_u32(body: &RawObject, field: &'static str) -> Result<Option<u32>, RequestError> {
+    match body.raw(field) {
+        None | Some("null") => Ok(None),
+        // `u64` from JSON text: any other type fails at its first byte, without a tree.
+        Some(raw) => serde_json::from_str::<u64>(raw)
+            .ok()
             .and_then(|v| u32::try_from(v).ok())
             .map(Some)
             .ok_or(RequestError::InvalidField {
                 field,
                 expected: U32_RANGE,
             }),
-        Some(_) => Err(RequestError::InvalidField {
-            field,
-            expected: U32_RANGE,
-        }),
     }
 }
 
-fn parse_prompt(v: Option<&Value>) -> Result<PromptInput, RequestError> {
-    const BAD: RequestError = RequestError::InvalidField {
-        field: "prompt",
-        expected: "must be a string, an array of token ids, or a one-element array of either",
-    };
-    match v {
-        None | Some(Value::Null) => Err(RequestError::MissingField("prompt")),
-        Some(Value::String(s)) => Ok(PromptInput::Text(s.clone())),
-        Some(Value::Array(items)) => match items.first() {
-            None => Err(BAD),
-            Some(Value::Number(_)) => items
-                .iter()
-                .map(|t| t.as_u64().and_then(|t| u32::try_from(t).ok()).ok_or(BAD))
-                .collect::<Result<Vec<u32>, _>>()
-                .map(PromptInput::Tokens),
-            Some(first @ (Value::String(_) | Value::Array(_))) if items.len() == 1 => {
-                parse_prompt(Some(first))
+const BAD_PROMPT: RequestError = RequestError::InvalidField {
+    field: "prompt",
+    expected: "must be a string, an array of token ids, or a one-element array of either",
+};
+
+/// Decodes `prompt`'s JSON text: a string, token ids (`[int, ...]`, each in `u32`) read
+/// straight into a vector, or a one-element array of either.
+fn prompt_input(raw: &str) -> Result<PromptInput, RequestError> {
+    // The separators bound the number of tokens: the vector is sized once.
+    let commas = raw.bytes().filter(|&b| b == b',').count();
+    let mut de = serde_json::Deserializer::from_str(raw);
+    serde::Deserializer::deserialize_any(&mut de, PromptVisitor { tokens: commas + 1 })
+        .map_err(|_| BAD_PROMPT)
+}
+
+/// Decodes a prompt; `tokens` bounds the number of token ids it can hold.
+struct PromptVisitor {
+    tokens: usize,
+}
+
+impl<'de> Visitor<'de> for PromptVisitor {
+    type Value = PromptInput;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a prompt")
+    }
+
+    fn visit_str<E: de::Error>(self, s: &str) -> Result<PromptInput, E> {
+        Ok(PromptInput::Text(s.to_string()))
+    }
+
+    fn visit_string<E: de::Error>(self, s: String) -> Result<PromptInput, E> {
+        Ok(PromptInput::Text(s))
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<PromptInput, A::Error> {
+        match seq.next_element_seed(PromptItemSeed(self.tokens))? {
+            None => Err(de::Error::custom("empty")),
+            Some(PromptItem::Token(first)) => {
+                let mut tokens = Vec::with_capacity(self.tokens);
+                tokens.push(first);
+                while let Some(t) = seq.next_element::<u32>()? {
+                    tokens.push(t);
+                }
+                Ok(PromptInput::Tokens(tokens))
             }
-            _ => Err(BAD),
-        },
-        Some(_) => Err(BAD),
+            Some(PromptItem::Nested(p)) => match seq.next_element::<de::IgnoredAny>()? {
+                None => Ok(p),
+                Some(_) => Err(de::Error::custom("batched")),
+            },
+        }
     }
 }
 
-/// Flattens chat `messages` into one text, `"{role}: {content}\n"` per message, taking the
-/// text parts of array contents. Deterministic, so the same conversation prefix gives the
-/// same text prefix (what prefix hashing needs).
+/// The first element of a prompt array: a token id, or a nested prompt.
+enum PromptItem {
+    Token(u32),
+    Nested(PromptInput),
+}
+
+/// Reads a [`PromptItem`]; the bound is passed on to a nested prompt.
+struct PromptItemSeed(usize);
+
+impl<'de> de::DeserializeSeed<'de> for PromptItemSeed {
+    type Value = PromptItem;
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<PromptItem, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for PromptItemSeed {
+    type Value = PromptItem;
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a token id, a string or an array")
+    }
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<PromptItem, E> {
+        u32::try_from(v)
+            .map(PromptItem::Token)
+            .map_err(|_| E::custom("token id out of range"))
+    }
+    fn visit_str<E: de::Error>(self, s: &str) -> Result<PromptItem, E> {
+        Ok(PromptItem::Nested(PromptInput::Text(s.to_string())))
+    }
+    fn visit_string<E: de::Error>(self, s: String) -> Result<PromptItem, E> {
+        Ok(PromptItem::Nested(PromptInput::Text(s)))
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<PromptItem, A::Error> {
+        PromptVisitor { tokens: self.0 }
+            .visit_seq(seq)
+            .map(PromptItem::Nested)
+    }
+}
+
+const BAD_MESSAGES: RequestError = RequestError::InvalidField {
+    field: "messages",
+    expected: "must be a non-empty array",
+};
+const BAD_ROLE: RequestError = RequestError::InvalidField {
+    field: "messages.role",
+    expected: "must be a string on every message",
+};
+const BAD_CONTENT: RequestError = RequestError::InvalidField {
+    field: "messages.content",
+    expected: "must be a string or an array of content-part objects",
+};
+
+/// Flattens chat `messages` (its JSON text, `None` when absent) into one text,
+/// `"{role}: {content}\n"` per message, taking the text parts of array contents.
+/// Deterministic, so the same conversation prefix gives the same text prefix (what prefix
+/// hashing needs). Strings are read from the body's bytes; no tree is built.
 ///
-/// Errors: `messages` missing, not a non-empty array, or an entry without a string `role`.
-pub fn flatten_messages(v: Option<&Value>) -> Result<String, RequestError> {
-    let Some(v) = v.filter(|v| !v.is_null()) else {
-        return Err(RequestError::MissingField("messages"));
+/// Errors: `messages` missing, not a non-empty array, an entry without a string `role`, or a
+/// `content` that is neither a string nor an array of objects (missing or `null` content is
+/// allowed on assistant turns, which may carry only tool calls, as OpenAI defines).
+pub fn flatten_messages(raw: Option<&str>) -> Result<String, RequestError> {
+    let raw = match raw {
+        None | Some("null") => return Err(RequestError::MissingField("messages")),
+        Some(r) => r,
     };
-    let Some(messages) = v.as_array().filter(|m| !m.is_empty()) else {
-        return Err(RequestError::InvalidField {
-            field: "messages",
-            expected: "must be a non-empty array",
-        });
-    };
+    let messages: Vec<&RawValue> = serde_json::from_str(raw).map_err(|_| BAD_MESSAGES)?;
+    if messages.is_empty() {
+        return Err(BAD_MESSAGES);
+    }
     let mut out = String::new();
     for m in messages {
-        let role = m
-            .get("role")
-            .and_then(Value::as_str)
-            .ok_or(RequestError::InvalidField {
-                field: "messages.role",
-                expected: "must be a string on every message",
-            })?;
+        let m: MessageView<'_> = serde_json::from_str(m.get()).map_err(|_| BAD_ROLE)?;
+        let role = m.role.as_ref().and_then(|r| r.text()).ok_or(BAD_ROLE)?;
         out.push_str(role);
         out.push_str(": ");
-        match m.get("content") {
-            Some(Value::String(s)) => out.push_str(s),
-            Some(Value::Array(parts)) => {
+        match m.content.map(RawValue::get) {
+            // An assistant turn that only carries tool calls has no content (OpenAI).
+            None | Some("null") if role == "assistant" => {}
+            None | Some("null") => return Err(RequestError::MissingField("messages.content")),
+            Some(c) if c.starts_with('"') => {
+                let s: Cow<'_, str> = serde_json::from_str(c).map_err(|_| BAD_CONTENT)?;
+                out.push_str(&s);
+            }
+            Some(c) if c.starts_with('[') => {
+                let parts: Vec<PartView<'_>> = serde_json::from_str(c).map_err(|_| BAD_CONTENT)?;
                 for p in parts {
-                    if !p.is_object() {
-                        return Err(RequestError::InvalidField {
-                            field: "messages.content",
-                            expected: "must be a string or an array of content-part objects",
-                        });
-                    }
-                    if let Some(t) = p.get("text").and_then(Value::as_str) {
+                    if let Some(t) = p.text.as_ref().and_then(|t| t.text()) {
                         out.push_str(t);
                     }
                 }
             }
-            // An assistant turn that only carries tool calls has no content (OpenAI).
-            None | Some(Value::Null) if role == "assistant" => {}
-            None | Some(Value::Null) => return Err(RequestError::MissingField("messages.content")),
-            Some(_) => {
-                return Err(RequestError::InvalidField {
-                    field: "messages.content",
-                    expected: "must be a string or an array of content-part objects",
-                })
-            }
+            Some(_) => return Err(BAD_CONTENT),
         }
         out.push('\n');
     }
     Ok(out)
+}
+
+/// A chat message as flattening reads it: `role` and the JSON text of `content`; every other
+/// field skipped unread.
+#[derive(Deserialize)]
+struct MessageView<'a> {
+    #[serde(borrow, default)]
+    role: Option<Scalar<'a>>,
+    #[serde(borrow, default)]
+    content: Option<&'a RawValue>,
+}
+
+/// A content part as flattening reads it: only `text` (when it is a string). Not an object →
+/// an error (the caller's [`BAD_CONTENT`]).
+#[derive(Deserialize)]
+struct PartView<'a> {
+    #[serde(borrow, default)]
+    text: Option<Scalar<'a>>,
+}
+
+/// A JSON value of which only a string matters: other types are skipped, not built.
+enum Scalar<'a> {
+    Text(Cow<'a, str>),
+    Other,
+}
+
+impl Scalar<'_> {
+    fn text(&self) -> Option<&str> {
+        match self {
+            Scalar::Text(t) => Some(t),
+            Scalar::Other => None,
+        }
+    }
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for Scalar<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let raw = <&'de RawValue>::deserialize(d)?;
+        if !raw.get().starts_with('"') {
+            return Ok(Scalar::Other);
+        }
+        Cow::<'a, str>::deserialize(&mut serde_json::Deserializer::from_str(raw.get()))
+            .map(Scalar::Text)
+            .map_err(de::Error::custom)
+    }
 }
 
 /// `usage` of a completion response.
@@ -281,62 +413,5 @@ pub struct PromptTokensDetails {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn parses_text_token_and_chat_prompts() {
-        let r = InferenceRequest::parse(
-            ApiKind::Completions,
-            br#"{"model":"m","prompt":[1,2,3],"max_tokens":5,"stream":true,"extra":1}"#,
-        )
-        .unwrap();
-        assert_eq!(r.prompt, PromptInput::Tokens(vec![1, 2, 3]));
-        assert_eq!((r.max_tokens, r.stream, r.n), (Some(5), true, 1));
-        assert_eq!(r.body["extra"], 1);
-        let r = InferenceRequest::parse(ApiKind::Completions, br#"{"model":"m","prompt":["hi"]}"#)
-            .unwrap();
-        assert_eq!(r.prompt, PromptInput::Text("hi".into()));
-        let r = InferenceRequest::parse(
-            ApiKind::ChatCompletions,
-            br#"{"model":"m","messages":[{"role":"system","content":"be brief"},{"role":"user","content":[{"type":"text","text":"hi"}]}]}"#,
-        )
-        .unwrap();
-        assert_eq!(
-            r.prompt,
-            PromptInput::Text("system: be brief\nuser: hi\n".into())
-        );
-    }
-
-    #[test]
-    fn errors_name_the_field() {
-        let e = |k, b: &[u8]| InferenceRequest::parse(k, b).unwrap_err().to_string();
-        assert!(e(ApiKind::Completions, b"{nope").starts_with(
-            "request body is not valid JSON: key must be a string at line 1 column 2"
-        ));
-        assert_eq!(
-            e(ApiKind::Completions, br#"{"prompt":"x"}"#),
-            "missing required field `model`"
-        );
-        assert_eq!(
-            e(ApiKind::Completions, br#"{"model":"m"}"#),
-            "missing required field `prompt`"
-        );
-        assert_eq!(
-            e(ApiKind::ChatCompletions, br#"{"model":"m"}"#),
-            "missing required field `messages`"
-        );
-        assert_eq!(
-            e(
-                ApiKind::Completions,
-                br#"{"model":"m","prompt":"x","max_tokens":-1}"#
-            ),
-            "field `max_tokens` must be an integer from 0 to 4294967295"
-        );
-        assert_eq!(e(ApiKind::Completions, br#"{"model":"m","prompt":["a","b"]}"#), "field `prompt` must be a string, an array of token ids, or a one-element array of either");
-        assert_eq!(
-            e(ApiKind::Completions, b"[1]"),
-            "request body must be a JSON object"
-        );
-    }
-}
+#[path = "openai_tests.rs"]
+mod tests;

@@ -3,14 +3,13 @@
 //! (design.md §5.2) are built this way, so a prefill or decode leg costs one scan and one copy
 //! of the client body, however long its prompt.
 //!
-//! The object is scanned once with serde_json's `RawValue` (borrowed slices of the input);
+//! The object is scanned once ([`pdgate_api::raw_object::scan`]: borrowed slices of the input),
+//! or its scan is reused ([`patch_object`]);
 //! the output is `{`, each kept entry as `"key":<original value bytes>`, each set field in
 //! place of the original (or appended after the last entry when new), `}`. Whitespace
 //! between entries is not kept.
 
-use serde::de::{Deserializer, MapAccess, Visitor};
-use serde_json::value::RawValue;
-use std::fmt;
+use pdgate_api::raw_object::{scan, RawObject};
 
 /// One edit of a top-level field.
 #[derive(Debug, Clone, Copy)]
@@ -31,38 +30,31 @@ impl Edit<'_> {
     }
 }
 
-struct Entries<'de>(Vec<(String, &'de RawValue)>);
-
-struct EntriesVisitor;
-
-impl<'de> Visitor<'de> for EntriesVisitor {
-    type Value = Entries<'de>;
-
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("a JSON object")
-    }
-
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Entries<'de>, A::Error> {
-        let mut out = Vec::with_capacity(map.size_hint().unwrap_or(8));
-        while let Some((k, v)) = map.next_entry::<String, &'de RawValue>()? {
-            out.push((k, v));
-        }
-        Ok(Entries(out))
-    }
-}
-
 /// `raw` (a JSON object) with `edits` applied (see the module docs). A key given twice in
 /// `raw` keeps its first position and takes the edit once; later duplicates are dropped, as
 /// a JSON reader that keeps the last value would otherwise see the client's copy.
 ///
 /// Errors: `raw` is not a JSON object (the serde_json message).
 pub fn patch(raw: &[u8], edits: &[Edit<'_>]) -> Result<Vec<u8>, String> {
-    let mut de = serde_json::Deserializer::from_slice(raw);
-    let entries = de
-        .deserialize_map(EntriesVisitor)
-        .map_err(|e| e.to_string())?
-        .0;
-    let mut out = Vec::with_capacity(raw.len() + 256);
+    let entries = scan(raw).map_err(|e| e.to_string())?;
+    Ok(apply(
+        raw.len(),
+        entries.iter().map(|(k, r)| (k.as_str(), &raw[r.clone()])),
+        edits,
+    ))
+}
+
+/// A scanned object (its keys are unique) with `edits` applied; cannot fail.
+pub fn patch_object(obj: &RawObject, edits: &[Edit<'_>]) -> Vec<u8> {
+    apply(obj.bytes().len(), obj.entries(), edits)
+}
+
+fn apply<'e>(
+    len: usize,
+    entries: impl Iterator<Item = (&'e str, &'e [u8])>,
+    edits: &[Edit<'_>],
+) -> Vec<u8> {
+    let mut out = Vec::with_capacity(len + 256);
     out.push(b'{');
     let mut done = vec![false; edits.len()];
     let mut seen: Vec<&str> = Vec::new();
@@ -77,7 +69,7 @@ pub fn patch(raw: &[u8], edits: &[Edit<'_>]) -> Result<Vec<u8>, String> {
         out.push(b':');
         out.extend_from_slice(value);
     };
-    for (key, value) in &entries {
+    for (key, value) in entries {
         let edit = edits.iter().position(|e| e.key() == key);
         match edit {
             Some(i) if done[i] => continue,
@@ -87,8 +79,8 @@ pub fn patch(raw: &[u8], edits: &[Edit<'_>]) -> Result<Vec<u8>, String> {
                     entry(&mut out, k, v);
                 }
             }
-            None if seen.contains(&key.as_str()) => continue,
-            None => entry(&mut out, key, value.get().as_bytes()),
+            None if seen.contains(&key) => continue,
+            None => entry(&mut out, key, value),
         }
         seen.push(key);
     }
@@ -98,7 +90,7 @@ pub fn patch(raw: &[u8], edits: &[Edit<'_>]) -> Result<Vec<u8>, String> {
         }
     }
     out.push(b'}');
-    Ok(out)
+    out
 }
 
 #[cfg(test)]

@@ -14,7 +14,7 @@ use crate::json_patch::{self, Edit};
 use crate::phase_body::KV_TRANSFER_PARAMS;
 use bytes::Bytes;
 use pdgate_api::media::EC_TRANSFER_PARAMS;
-use pdgate_api::InferenceRequest;
+use pdgate_api::{InferenceRequest, RawObject};
 
 /// Body fields only the router sets on legs.
 pub const ROUTER_OWNED_FIELDS: &[&str] = &[KV_TRANSFER_PARAMS, EC_TRANSFER_PARAMS];
@@ -27,27 +27,24 @@ pub fn mentions(bytes: &[u8]) -> bool {
     })
 }
 
-/// Removes the router-owned fields from a client request: from its parsed body and from its
-/// bytes `raw` (which legs are built from). Returns the fields that were there (in list
-/// order), for the caller to count and log; nothing is touched when there were none.
-pub fn strip_request(req: &mut InferenceRequest, raw: &mut Bytes) -> Vec<&'static str> {
+/// Removes the router-owned fields from a client request (its body, which legs are built
+/// from). Returns the fields that were there (in list order), for the caller to count and
+/// log; nothing is touched when there were none.
+pub fn strip_request(req: &mut InferenceRequest) -> Vec<&'static str> {
     let found: Vec<&'static str> = ROUTER_OWNED_FIELDS
         .iter()
         .copied()
-        .filter(|f| req.body.contains_key(*f))
+        .filter(|f| req.body.contains_key(f))
         .collect();
     if found.is_empty() {
         return found;
     }
-    for f in &found {
-        req.body.remove(*f);
-    }
     let edits: Vec<Edit<'_>> = found.iter().map(|f| Edit::Remove(f)).collect();
-    *raw = match json_patch::patch(raw, &edits) {
-        Ok(b) => Bytes::from(b),
-        // `raw` parsed as an object already; should it not patch, rebuild it from the body.
-        Err(_) => crate::pipeline::to_bytes(req.body.clone()),
-    };
+    let stripped = Bytes::from(json_patch::patch_object(&req.body, &edits));
+    // Re-scanning what was a valid object less some entries cannot fail.
+    if let Ok(body) = RawObject::parse(stripped) {
+        req.body = body;
+    }
     found
 }
 
@@ -88,21 +85,16 @@ mod tests {
 
     #[test]
     fn client_copies_leave_body_and_bytes_and_the_rest_stays_byte_for_byte() {
-        let mut raw = Bytes::from_static(
-            br#"{"model":"m", "kv_transfer_params":{"do_remote_prefill":true,"remote_host":"127.0.0.1","remote_port":9},"prompt":"hi","ec_transfer_params":[1]}"#,
-        );
-        let mut req = InferenceRequest::parse(ApiKind::Completions, &raw).unwrap();
-        let found = strip_request(&mut req, &mut raw);
+        let raw = br#"{"model":"m", "kv_transfer_params":{"do_remote_prefill":true,"remote_host":"127.0.0.1","remote_port":9},"prompt":"hi","ec_transfer_params":[1]}"#;
+        let mut req = InferenceRequest::parse(ApiKind::Completions, raw).unwrap();
+        let found = strip_request(&mut req);
         assert_eq!(found, vec!["kv_transfer_params", "ec_transfer_params"]);
-        assert_eq!(&raw[..], br#"{"model":"m","prompt":"hi"}"#);
+        assert_eq!(&req.body.bytes()[..], br#"{"model":"m","prompt":"hi"}"#);
         assert!(!req.body.contains_key("kv_transfer_params"));
-        let mut clean = Bytes::from_static(br#"{"model":"m",  "prompt":"kv_transfer_params"}"#);
-        let mut req = InferenceRequest::parse(ApiKind::Completions, &clean).unwrap();
-        assert!(strip_request(&mut req, &mut clean).is_empty());
-        assert_eq!(
-            &clean[..],
-            br#"{"model":"m",  "prompt":"kv_transfer_params"}"#
-        );
+        let clean = br#"{"model":"m",  "prompt":"kv_transfer_params"}"#;
+        let mut req = InferenceRequest::parse(ApiKind::Completions, clean).unwrap();
+        assert!(strip_request(&mut req).is_empty());
+        assert_eq!(&req.body.bytes()[..], clean);
     }
 
     #[test]

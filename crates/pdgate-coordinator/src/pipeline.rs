@@ -156,8 +156,8 @@ pub enum PipelineError {
 
 /// Runs `plan` for `req`, recording the probe, the prefill and any fallback in `trace`.
 ///
-/// `raw` is the client body as received: an aggregated leg (and the conditional-decode
-/// probe) sends it unchanged (no re-serialization). `headers` are the upstream headers from
+/// `req.body` holds the client's bytes: an aggregated leg (and the conditional-decode probe)
+/// sends them unchanged (no re-serialization). `headers` are the upstream headers from
 /// [`ForwardRules::upstream_request_headers`], sent on every leg; the probe adds
 /// `Prefer: if-available` (a `Decode` leg; served, it ran the whole request: [`Probe::Served`]).
 /// The headers `rules` forward are captured from every phase response — 2xx and
@@ -170,7 +170,6 @@ pub async fn run<D: Dispatcher>(
     dispatcher: &D,
     plan: &Plan,
     req: &InferenceRequest,
-    raw: &Bytes,
     headers: &HeaderMap,
     rules: &ForwardRules,
     trace: &mut Trace,
@@ -192,7 +191,7 @@ pub async fn run<D: Dispatcher>(
             target: plan.decode.clone(),
             api: req.kind,
             headers: h,
-            body: raw.clone(),
+            body: req.body.bytes().clone(),
         };
         let resp = match dispatch(dispatcher, leg).await {
             Ok(r) => r,
@@ -233,7 +232,7 @@ pub async fn run<D: Dispatcher>(
         target: plan.decode.clone(),
         api: req.kind,
         headers: leg_headers(captured),
-        body: phase_body::aggregated_bytes(req, raw, &ec),
+        body: phase_body::aggregated_bytes(req, &ec),
     };
     let Some(prefill) = split else {
         return dispatch(dispatcher, aggregated(ec, &trace.captured))
@@ -245,7 +244,7 @@ pub async fn run<D: Dispatcher>(
         target: prefill.clone(),
         api: req.kind,
         headers: leg_headers(&trace.captured),
-        body: phase_body::prefill_bytes(req, raw, &ec),
+        body: phase_body::prefill_bytes(req, &ec),
     };
     let resp = match dispatcher.dispatch(leg).await {
         Ok(r) => r,
@@ -297,7 +296,7 @@ pub async fn run<D: Dispatcher>(
         target: plan.decode.clone(),
         api: req.kind,
         headers: leg_headers(&trace.captured),
-        body: phase_body::decode_bytes(req, raw, kv),
+        body: phase_body::decode_bytes(req, kv),
     };
     dispatch(dispatcher, leg).await.map(Outcome::Final)
 }

@@ -92,17 +92,9 @@ async fn go(fake: &Fake, plan: &Plan, n: u32) -> (Outcome<Bytes>, Trace, Bytes) 
     let (req, raw) = request(n);
     let mut trace = Trace::default();
     let rules = ForwardRules::default();
-    let out = run(
-        fake,
-        plan,
-        &req,
-        &raw,
-        &HeaderMap::new(),
-        &rules,
-        &mut trace,
-    )
-    .await
-    .unwrap();
+    let out = run(fake, plan, &req, &HeaderMap::new(), &rules, &mut trace)
+        .await
+        .unwrap();
     (out, trace, raw)
 }
 
@@ -266,7 +258,7 @@ async fn an_unavailable_prefill_follows_the_policy_and_another_failure_is_the_re
     // Aggregated: the decode target runs the client body as one leg; the reason is kept.
     let (fake, p) = run_with(PrefillFallback::Aggregated, unavailable.clone());
     let mut trace = Trace::default();
-    let out = run(&fake, &p, &req, &raw, &HeaderMap::new(), &rules, &mut trace).await;
+    let out = run(&fake, &p, &req, &HeaderMap::new(), &rules, &mut trace).await;
     assert!(matches!(out, Ok(Outcome::Final(r)) if r.body == "decoded"));
     assert_eq!(
         trace.fallback.as_deref(),
@@ -285,7 +277,7 @@ async fn an_unavailable_prefill_follows_the_policy_and_another_failure_is_the_re
     // Fail: no decode leg, a PrefillUnavailable error.
     let (fake, p) = run_with(PrefillFallback::Fail, unavailable);
     let mut trace = Trace::default();
-    let out = run(&fake, &p, &req, &raw, &HeaderMap::new(), &rules, &mut trace).await;
+    let out = run(&fake, &p, &req, &HeaderMap::new(), &rules, &mut trace).await;
     assert_eq!(
         out.err(),
         Some(PipelineError::PrefillUnavailable {
@@ -297,7 +289,7 @@ async fn an_unavailable_prefill_follows_the_policy_and_another_failure_is_the_re
     let deadline = DispatchError::new(FailureKind::Deadline, "p0", "after 5 ms");
     let (fake, p) = run_with(PrefillFallback::Aggregated, deadline.clone());
     let mut trace = Trace::default();
-    let out = run(&fake, &p, &req, &raw, &HeaderMap::new(), &rules, &mut trace).await;
+    let out = run(&fake, &p, &req, &HeaderMap::new(), &rules, &mut trace).await;
     assert_eq!(
         out.err(),
         Some(PipelineError::Dispatch {

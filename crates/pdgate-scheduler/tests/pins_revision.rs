@@ -11,7 +11,6 @@ use pdgate_scheduler::{
     Endpoint, EndpointLoad, EndpointState, Rejection, Scheduler, SchedulingRequest,
     DEFAULT_CONFIG_YAML,
 };
-use serde_json::Map;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -32,7 +31,7 @@ fn ep(name: &str, role: &str, rev: &str) -> Arc<EndpointState> {
 fn hints(pairs: &[(&str, &str)]) -> RoutingHints {
     RoutingHints::parse(
         |n| pairs.iter().find(|(k, _)| *k == n).map(|(_, v)| *v),
-        &Map::new(),
+        &pdgate_api::RawObject::parse("{}".into()).unwrap(),
     )
     .unwrap()
 }

@@ -43,6 +43,8 @@ pub struct ServeOptions {
     pub routers: Option<PhaseRouters>,
     /// Response headers captured from phase responses and sent on later legs.
     pub forward_rules: ForwardRules,
+    /// What clients may hold: header/body timeouts, connections, body bytes in flight.
+    pub client_limits: crate::client_limits::ClientLimits,
 }
 
 /// The per-role routers a coordinator dispatches phases to over HTTP, each selecting its
@@ -102,6 +104,7 @@ impl ServeOptions {
             resilience: Default::default(),
             routers: None,
             forward_rules: ForwardRules::default(),
+            client_limits: Default::default(),
         }
     }
 }
@@ -132,6 +135,12 @@ pub struct AppState {
     pub retry: crate::retry::RetryPolicy,
     /// What a split request does when no prefill endpoint can serve it.
     pub prefill_fallback: pdgate_coordinator::PrefillFallback,
+    /// What clients may hold (issue 10).
+    pub client_limits: crate::client_limits::ClientLimits,
+    /// Client connections open now, shared by every server thread.
+    pub connections: Arc<crate::listener::ConnectionSlots>,
+    /// Request body bytes held now, shared by every server thread.
+    pub body_budget: Arc<crate::body_budget::BodyBudget>,
 }
 
 /// A running server; stops its tasks when dropped.
@@ -267,6 +276,12 @@ async fn metrics(State(s): State<Arc<AppState>>) -> Response {
     let snap = s.registry.snapshot();
     s.metrics.plugins.set(&s.scheduler.plugin_metrics(&snap));
     s.metrics.set_endpoint_gauges(&snap);
+    s.metrics
+        .client_connections
+        .set(s.connections.open() as i64);
+    s.metrics
+        .inflight_body_bytes
+        .set(s.body_budget.used() as i64);
     (
         [(http::header::CONTENT_TYPE, "text/plain; version=0.0.4")],
         s.metrics.render(),
@@ -315,6 +330,11 @@ pub async fn start_state(
         timeouts: opts.resilience.timeouts,
         retry: opts.resilience.retry,
         prefill_fallback: opts.resilience.prefill_fallback,
+        client_limits: opts.client_limits,
+        connections: Arc::default(),
+        body_budget: crate::body_budget::BodyBudget::new(
+            opts.client_limits.max_inflight_body_bytes,
+        ),
     });
     Ok((state, tasks))
 }
@@ -361,22 +381,18 @@ impl AppState {
             timeouts: self.timeouts,
             retry: self.retry,
             prefill_fallback: self.prefill_fallback,
+            client_limits: self.client_limits,
+            connections: self.connections.clone(),
+            body_budget: self.body_budget.clone(),
         }
     }
 }
 
-/// Serves the routes of `state` on `listener` until the task is aborted.
+/// Serves the routes of `state` on `listener` until the task is aborted, under its client
+/// limits ([`crate::listener`]).
 pub fn spawn_listener(listener: TcpListener, state: Arc<AppState>) -> tokio::task::JoinHandle<()> {
-    let app = router(state);
-    // Responses are written whole; Nagle would only delay the last segment of each.
-    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
-        let _ = tcp.set_nodelay(true);
-    });
-    tokio::spawn(async move {
-        if let Err(e) = axum::serve(listener, app).await {
-            tracing::error!(error = %e, "server stopped");
-        }
-    })
+    let app = router(state.clone());
+    tokio::spawn(crate::listener::accept_loop(listener, app, state))
 }
 
 /// Starts discovery, scraping and the HTTP server on `listener`, all on the current runtime

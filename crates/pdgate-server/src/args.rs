@@ -49,6 +49,9 @@ pub struct ServeArgs {
     /// Upstream timeouts, retries, breakers, prefill-unavailable policy.
     #[command(flatten)]
     pub resilience: crate::resilience_args::ResilienceArgs,
+    /// Client header/body timeouts, connection and in-flight body limits.
+    #[command(flatten)]
+    pub client_limits: crate::client_limits::ClientLimitsArgs,
     /// Server threads, each with its own runtime and listener (default: one per core).
     #[arg(long)]
     pub threads: Option<usize>,
@@ -132,6 +135,13 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     opts.scrape_interval = Duration::from_millis(args.scrape_interval_ms);
     opts.scrape_timeout = Duration::from_millis(args.scrape_timeout_ms.max(1));
     opts.resilience = args.resilience.settings();
+    let nofile = crate::client_limits::raise_nofile_limit();
+    opts.client_limits = args.client_limits.limits();
+    tracing::info!(
+        nofile,
+        max_client_connections = opts.client_limits.max_connections,
+        "client limits"
+    );
     if let Some(names) = &args.forward_response_headers {
         // `''` (one empty value) forwards nothing; an empty item inside a list is a typo.
         let names: Vec<&str> = match names.as_slice() {

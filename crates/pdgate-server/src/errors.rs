@@ -48,6 +48,18 @@ pub enum ApiError {
     /// The body could not be read from the client (400).
     #[error("request body could not be read: {0}")]
     BodyRead(String),
+    /// The body did not arrive within `--client-body-timeout-ms` (408).
+    #[error("request body not received within {ms} ms")]
+    BodyTimeout {
+        /// The timeout, ms.
+        ms: u128,
+    },
+    /// Taking the body would pass `--max-inflight-body-bytes` (429; retry later).
+    #[error("request bodies in flight would exceed {limit} bytes; retry later")]
+    BodyBudget {
+        /// The budget, bytes.
+        limit: usize,
+    },
     /// A routing hint (pin, DP rank, session id) is malformed (400); names the header/field.
     #[error(transparent)]
     BadHint(#[from] pdgate_api::hints::HintError),
@@ -81,6 +93,8 @@ impl ApiError {
             ApiError::ModelNotFound(_) | ApiError::NoRoute { .. } => StatusCode::NOT_FOUND,
             ApiError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::BodyTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
+            ApiError::BodyBudget { .. } => StatusCode::TOO_MANY_REQUESTS,
             ApiError::Rejected(r) => match r.reason {
                 Rejection::NoEndpoints
                 | Rejection::NoEndpointForModel { .. }
@@ -125,10 +139,20 @@ impl IntoResponse for ApiError {
             body,
         )
             .into_response();
-        if matches!(self, ApiError::BodyTooLarge { .. } | ApiError::BodyRead(_)) {
+        if matches!(
+            self,
+            ApiError::BodyTooLarge { .. }
+                | ApiError::BodyRead(_)
+                | ApiError::BodyTimeout { .. }
+                | ApiError::BodyBudget { .. }
+        ) {
             // The rest of the body was not read: the connection cannot carry another request.
             resp.headers_mut()
                 .insert(http::header::CONNECTION, HeaderValue::from_static("close"));
+        }
+        if let ApiError::BodyBudget { .. } = self {
+            resp.headers_mut()
+                .insert(http::header::RETRY_AFTER, HeaderValue::from_static("1"));
         }
         if let ApiError::Pipeline(PipelineError::PrefillUnavailable { reason }) = &self {
             resp.headers_mut().insert(

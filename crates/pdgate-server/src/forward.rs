@@ -26,10 +26,8 @@ pub const FALLBACK_REASON: &str = "x-pdgate-pd-fallback-reason";
 /// One parsed client request, as the pipeline sends it.
 #[derive(Clone, Copy)]
 pub struct Ingress<'a> {
-    /// The parsed body.
+    /// The parsed body (its bytes as received, less any router-owned fields).
     pub req: &'a InferenceRequest,
-    /// The body as received.
-    pub raw: &'a Bytes,
     /// Headers for every leg (header rules applied).
     pub upstream_headers: &'a HeaderMap,
     /// `x-request-id`.
@@ -58,7 +56,6 @@ pub async fn forward<D: Dispatcher<Body = LegBody>>(
 ) -> Response {
     let Ingress {
         req,
-        raw,
         upstream_headers,
         rid,
         session_id,
@@ -72,7 +69,6 @@ pub async fn forward<D: Dispatcher<Body = LegBody>>(
         dispatcher,
         plan,
         req,
-        raw,
         upstream_headers,
         &state.forward_rules,
         &mut trace,

@@ -6,8 +6,10 @@
 pub mod app;
 pub mod args;
 pub mod body;
+pub mod body_budget;
 pub mod bounds;
 pub mod breaker;
+pub mod client_limits;
 pub mod ctx;
 pub mod discovery;
 pub mod engine_dispatch;
@@ -18,6 +20,7 @@ pub mod forward;
 pub mod header_scan;
 pub mod leg_body;
 pub mod leg_send;
+pub mod listener;
 pub mod log_limit;
 pub mod metrics;
 pub mod owned_filter;

@@ -26,6 +26,13 @@ pub static REQUEST_IDS: Site = AtomicU64::new(0);
 /// Router-owned fields removed from client bodies.
 pub static CLIENT_FIELDS: Site = AtomicU64::new(0);
 
+/// Failed accepts (descriptors exhausted, …).
+pub static ACCEPT_ERRORS: Site = AtomicU64::new(0);
+/// Client connections refused over the limit.
+pub static CONNECTIONS_REFUSED: Site = AtomicU64::new(0);
+/// Request bodies refused by the in-flight budget, or not sent in time.
+pub static BODIES_REFUSED: Site = AtomicU64::new(0);
+
 /// True when `site` may log now (and records that it did).
 pub fn allow(site: &Site) -> bool {
     let now = SystemTime::now()

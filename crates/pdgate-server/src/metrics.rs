@@ -2,7 +2,7 @@
 
 use pdgate_scheduler::Snapshot;
 use prometheus::{
-    Encoder, GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec,
+    Encoder, GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
     IntGaugeVec, Opts, Registry, TextEncoder,
 };
 
@@ -60,6 +60,19 @@ pub struct Metrics {
     /// `pdgate_engine_restarts_total`: engine restarts seen by the scraper (each drops the
     /// endpoint's prefix-cache credit).
     pub engine_restarts: IntCounter,
+    /// `pdgate_accept_errors_total`: failed accepts (e.g. descriptors exhausted).
+    pub accept_errors: IntCounter,
+    /// `pdgate_client_connections`: client connections open (set at each render).
+    pub client_connections: IntGauge,
+    /// `pdgate_client_connections_refused_total`: connections over `--max-client-connections`.
+    pub client_connections_refused: IntCounter,
+    /// `pdgate_client_timeouts_total{kind}`: client connections closed for sending their
+    /// headers (`header`, idle keep-alive included) or body (`body`) too slowly.
+    pub client_timeouts: IntCounterVec,
+    /// `pdgate_inflight_body_bytes`: request body bytes held (set at each render).
+    pub inflight_body_bytes: IntGauge,
+    /// `pdgate_body_budget_refusals_total`: requests refused 429 by `--max-inflight-body-bytes`.
+    pub body_budget_refusals: IntCounter,
     /// Engine gauges per endpoint, as the scorers read them.
     pub engine: EngineGaugeVecs,
     /// Scheduler plugins' own metrics (revision shares, strict misses, …).
@@ -198,6 +211,32 @@ impl Metrics {
             )
             .expect("valid metric"),
         );
+        let counter =
+            |name: &str, help: &str| reg(&r, IntCounter::new(name, help).expect("valid metric"));
+        let int_gauge =
+            |name: &str, help: &str| reg(&r, IntGauge::new(name, help).expect("valid metric"));
+        let accept_errors = counter(
+            "pdgate_accept_errors_total",
+            "Failed accepts of client connections (e.g. descriptors exhausted).",
+        );
+        let client_connections = int_gauge("pdgate_client_connections", "Client connections open.");
+        let client_connections_refused = counter(
+            "pdgate_client_connections_refused_total",
+            "Client connections answered 503 and closed over --max-client-connections.",
+        );
+        let client_timeouts = counter_vec(
+            "pdgate_client_timeouts_total",
+            "Client connections closed for sending headers (idle keep-alive included) or a body too slowly, by kind.",
+            &["kind"],
+        );
+        let inflight_body_bytes = int_gauge(
+            "pdgate_inflight_body_bytes",
+            "Bytes of client request bodies held.",
+        );
+        let body_budget_refusals = counter(
+            "pdgate_body_budget_refusals_total",
+            "Requests refused 429 because their body would pass --max-inflight-body-bytes.",
+        );
         let gauge = |name: &str, help: &str| {
             reg(
                 &r,
@@ -258,6 +297,12 @@ impl Metrics {
             prefill_fallbacks,
             scrape_errors,
             engine_restarts,
+            accept_errors,
+            client_connections,
+            client_connections_refused,
+            client_timeouts,
+            inflight_body_bytes,
+            body_budget_refusals,
             engine,
             hot,
         }

@@ -2,6 +2,7 @@
 //! a plan naming them) → [`crate::forward`] (design.md §2).
 
 use crate::app::AppState;
+use crate::body_budget::BodyLease;
 use crate::ctx::RequestContext;
 use crate::engine_dispatch::{self, EngineDispatch};
 use crate::errors::ApiError;
@@ -72,7 +73,57 @@ impl Drop for RequestCounter<'_> {
     }
 }
 
-async fn read_body(body: Body, limit: usize, headers: &HeaderMap) -> Result<Bytes, ApiError> {
+/// Reads a client body of at most `state.max_body_bytes` into one buffer, within
+/// `--client-body-timeout-ms`, under a [`BodyLease`] of the in-flight budget that the caller
+/// holds until the request is answered. A declared `Content-Length` is leased and sizes the
+/// buffer at once (no doubling, no second copy: peak memory is the body), and a body that
+/// arrives in one frame is kept as that frame (no copy at all).
+///
+/// Errors: [`ApiError::BodyTooLarge`] (declared or counted), [`ApiError::BodyBudget`],
+/// [`ApiError::BodyTimeout`], [`ApiError::BodyRead`]; refusals and timeouts are counted and
+/// logged (rate-limited).
+async fn read_body(
+    state: &AppState,
+    body: Body,
+    headers: &HeaderMap,
+) -> Result<(Bytes, BodyLease), ApiError> {
+    let mut lease = state.body_budget.lease();
+    let timeout = state.client_limits.body_timeout;
+    let read = tokio::time::timeout(
+        timeout,
+        read_frames(body, state.max_body_bytes, headers, &mut lease),
+    );
+    let result = match read.await {
+        Ok(r) => r,
+        Err(_) => {
+            state
+                .metrics
+                .client_timeouts
+                .with_label_values(&["body"])
+                .inc();
+            Err(ApiError::BodyTimeout {
+                ms: timeout.as_millis(),
+            })
+        }
+    };
+    if let Err(e @ (ApiError::BodyBudget { .. } | ApiError::BodyTimeout { .. })) = &result {
+        if let ApiError::BodyBudget { .. } = e {
+            state.metrics.body_budget_refusals.inc();
+        }
+        if crate::log_limit::allow(&crate::log_limit::BODIES_REFUSED) {
+            tracing::warn!(error = %e, held = state.body_budget.used(), "request body refused");
+        }
+    }
+    result.map(|b| (b, lease))
+}
+
+async fn read_frames(
+    mut body: Body,
+    limit: usize,
+    headers: &HeaderMap,
+    lease: &mut BodyLease,
+) -> Result<Bytes, ApiError> {
+    use http_body_util::BodyExt;
     let declared = headers
         .get(http::header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
@@ -80,16 +131,33 @@ async fn read_body(body: Body, limit: usize, headers: &HeaderMap) -> Result<Byte
     if declared.is_some_and(|n| n > limit) {
         return Err(ApiError::BodyTooLarge { limit });
     }
-    axum::body::to_bytes(body, limit).await.map_err(|e| {
-        let mut src: Option<&(dyn std::error::Error + 'static)> = Some(&e);
-        while let Some(s) = src {
-            if s.is::<http_body_util::LengthLimitError>() {
-                return ApiError::BodyTooLarge { limit };
-            }
-            src = s.source();
+    let over = |e: crate::body_budget::OverBudget| ApiError::BodyBudget { limit: e.limit };
+    if let Some(n) = declared {
+        lease.cover(n).map_err(over)?;
+    }
+    let mut first: Option<Bytes> = None;
+    let mut buf = bytes::BytesMut::new();
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|e| ApiError::BodyRead(e.to_string()))?;
+        let Ok(data) = frame.into_data() else {
+            continue; // trailers carry nothing a request needs
+        };
+        let have = first.as_ref().map_or(0, Bytes::len) + buf.len();
+        if have + data.len() > limit {
+            return Err(ApiError::BodyTooLarge { limit });
         }
-        ApiError::BodyRead(e.to_string())
-    })
+        lease.cover(have + data.len()).map_err(over)?;
+        match first.take() {
+            None if buf.is_empty() => first = Some(data),
+            None => buf.extend_from_slice(&data),
+            Some(f) => {
+                buf.reserve(declared.unwrap_or(0).max(f.len() + data.len()));
+                buf.extend_from_slice(&f);
+                buf.extend_from_slice(&data);
+            }
+        }
+    }
+    Ok(first.unwrap_or_else(|| buf.freeze()))
 }
 
 /// The scheduling profile a per-role router must run, from `x-llm-d-epp-profile` (or the
@@ -198,8 +266,8 @@ fn is_token(v: &[u8]) -> bool {
 /// Removes a client's router-owned body fields ([`pdgate_coordinator::owned`]) from its
 /// parsed body and bytes; counts each (`pdgate_client_fields_dropped_total{field}`) and logs
 /// (rate-limited).
-fn drop_router_owned(state: &AppState, req: &mut InferenceRequest, raw: &mut Bytes) {
-    for field in pdgate_coordinator::owned::strip_request(req, raw) {
+fn drop_router_owned(state: &AppState, req: &mut InferenceRequest) {
+    for field in pdgate_coordinator::owned::strip_request(req) {
         state
             .metrics
             .client_fields_dropped
@@ -228,8 +296,9 @@ async fn run(
     rid: &HeaderValue,
 ) -> Result<Response, ApiError> {
     let mut own_view: HeaderMap;
-    let mut raw = read_body(body, state.max_body_bytes, &client_headers).await?;
-    let mut req = InferenceRequest::parse(api, &raw)?;
+    // The lease holds the body's bytes in the budget until the answer is produced.
+    let (raw, _lease) = read_body(state, body, &client_headers).await?;
+    let mut req = InferenceRequest::from_bytes(api, raw)?;
     let present = HeaderNames::of(&client_headers);
     let profile = profile_header(&client_headers, &present)?;
     // A per-role router's caller with a profile header is a coordinator sending a phase leg;
@@ -237,7 +306,7 @@ async fn run(
     // steer an engine's KV transfer).
     let coordinator = state.routers.is_none() && profile.is_some();
     if !coordinator {
-        drop_router_owned(state, &mut req, &mut raw);
+        drop_router_owned(state, &mut req);
     }
     let mut upstream_headers = state
         .forward_rules
@@ -245,7 +314,6 @@ async fn run(
     let mut session_id: Option<String> = None;
     let ingress = |upstream_headers, session_id| forward::Ingress {
         req: &req,
-        raw: &raw,
         upstream_headers,
         rid,
         session_id,

@@ -185,7 +185,7 @@ async fn without_ec_params_the_worker_encodes_itself() {
     // The router's way: one encode leg per item, then the prefill pulls them for free.
     let e = worker(WorkerSpec::new("encode-0", "encode"), cfg).await;
     let body = chat(&media, 1);
-    let items = media_items(body.as_object().unwrap());
+    let items = media_items(&pdgate_api::RawObject::parse(body.to_string().into()).unwrap());
     let mut entries = Vec::new();
     let t = tokio::time::Instant::now();
     for item in &items {

@@ -20,7 +20,7 @@ pub fn obj(v: Value) -> Map<String, Value> {
 }
 
 pub fn parse(headers: &[(&str, &str)], body: Value) -> Result<RoutingHints, HintError> {
-    let body = obj(body);
+    let body = pdgate_api::RawObject::parse(body.to_string().into()).expect("an object");
     RoutingHints::parse(
         |name| headers.iter().find(|(k, _)| *k == name).map(|(_, v)| *v),
         &body,

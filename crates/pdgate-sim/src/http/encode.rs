@@ -15,7 +15,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use bytes::Bytes;
 use pdgate_api::media::{EcTransferEntry, MediaItem, MediaKind, EC_TRANSFER_PARAMS};
-use pdgate_api::{ApiKind, InferenceRequest};
+use pdgate_api::{ApiKind, InferenceRequest, RawObject};
 use serde_json::{Map, Value};
 use std::sync::Arc;
 use tokio::time::Instant;
@@ -93,7 +93,7 @@ pub(super) async fn encode_leg(
 /// from the encoders named in `ec_transfer_params` (free), else encoded here.
 pub(super) async fn resolve_media(
     w: &Worker,
-    body: &Map<String, Value>,
+    body: &RawObject,
     items: &[MediaItem],
 ) -> Result<(), EcFailure> {
     let params = body.get(EC_TRANSFER_PARAMS).filter(|v| !v.is_null());
@@ -112,7 +112,7 @@ pub(super) async fn resolve_media(
     if n == 0 && params.as_array().is_some_and(Vec::is_empty) {
         return Ok(());
     }
-    let result = pull_all(w, params, items).await;
+    let result = pull_all(w, &params, items).await;
     let rejected_as = result.as_ref().err().map(|f| f.label);
     w.engine.count(|c| {
         let (ok, rejections) = (&mut c.remote_encoded_items, &mut c.ec_handoff_rejections);

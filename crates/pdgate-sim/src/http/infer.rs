@@ -80,8 +80,7 @@ async fn infer(w: Arc<Worker>, kind: ApiKind, headers: HeaderMap, body: Bytes) -
     let include_usage = req
         .body
         .get("stream_options")
-        .and_then(|o| o.get("include_usage"))
-        .and_then(Value::as_bool)
+        .and_then(|o| o.get("include_usage").and_then(Value::as_bool))
         .unwrap_or(false);
     if let Some(resp) = inject_and_delay(&w).await {
         return resp;

@@ -1,0 +1,280 @@
+//! A JSON object kept as its bytes plus the byte span of each top-level value: no tree.
+//!
+//! A request body is scanned once with serde_json's borrowed `RawValue` (which validates the
+//! JSON without allocating for skipped values), and each top-level field is remembered as
+//! `(key, start..end)` into the body's [`Bytes`]. Fields are parsed only when read
+//! ([`RawObject::raw`], [`RawObject::get`], [`RawObject::get_as`]), so a 60 MB `prompt` of
+//! token ids costs its bytes and nothing else until [`crate::openai`] decodes it straight into
+//! a `Vec<u32>` (issue 10: peak memory a small multiple of the body).
+//!
+//! A key given twice at the top level is refused ([`RawObject::parse`]): a JSON reader that
+//! keeps the first copy and one that keeps the last (the router's view and an engine's) would
+//! otherwise act on different values.
+
+use bytes::Bytes;
+use serde::de::{Deserializer, MapAccess, Visitor};
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use serde_json::{Map, Value};
+use std::fmt;
+use std::ops::Range;
+
+/// Longest key quoted in a [`RawObjectError::DuplicateKey`] message, bytes.
+pub const MAX_QUOTED_KEY_BYTES: usize = 64;
+
+/// Why bytes are not a [`RawObject`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RawObjectError {
+    /// Not JSON; serde_json's message with line and column.
+    #[error("{0}")]
+    InvalidJson(String),
+    /// JSON, but not an object.
+    #[error("not a JSON object")]
+    NotAnObject,
+    /// A top-level key given twice (quoted up to [`MAX_QUOTED_KEY_BYTES`]).
+    #[error("field `{0}` is given more than once")]
+    DuplicateKey(String),
+}
+
+/// A JSON object: its bytes and, in order, each top-level key with the span of its value.
+#[derive(Clone)]
+pub struct RawObject {
+    bytes: Bytes,
+    fields: Vec<(Box<str>, Range<usize>)>,
+}
+
+impl fmt::Debug for RawObject {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_map()
+            .entries(self.fields.iter().map(|(k, r)| (k, r.len())))
+            .finish()
+    }
+}
+
+struct Spans<'de>(Vec<(String, &'de RawValue)>);
+
+struct SpansVisitor;
+
+impl<'de> Visitor<'de> for SpansVisitor {
+    type Value = Spans<'de>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Spans<'de>, A::Error> {
+        let mut out = Vec::with_capacity(map.size_hint().unwrap_or(8));
+        while let Some((k, v)) = map.next_entry::<String, &'de RawValue>()? {
+            out.push((k, v));
+        }
+        Ok(Spans(out))
+    }
+}
+
+impl RawObject {
+    /// Scans `bytes` (one JSON object, surrounding whitespace allowed).
+    ///
+    /// Errors: [`RawObjectError`] — invalid JSON (trailing characters included), another JSON
+    /// value than an object, or a top-level key given twice.
+    pub fn parse(bytes: Bytes) -> Result<Self, RawObjectError> {
+        let spans = scan(&bytes)?;
+        let mut fields: Vec<(Box<str>, Range<usize>)> = Vec::with_capacity(spans.len());
+        for (key, span) in spans {
+            if fields.iter().any(|(k, _)| **k == *key) {
+                return Err(RawObjectError::DuplicateKey(quoted(&key)));
+            }
+            fields.push((key.into(), span));
+        }
+        Ok(RawObject { bytes, fields })
+    }
+
+    /// The object's bytes, as given.
+    pub fn bytes(&self) -> &Bytes {
+        &self.bytes
+    }
+
+    /// The top-level keys, in the order given.
+    pub fn keys(&self) -> impl Iterator<Item = &str> {
+        self.fields.iter().map(|(k, _)| &**k)
+    }
+
+    /// True when `key` is a top-level field (whatever its value, `null` included).
+    pub fn contains_key(&self, key: &str) -> bool {
+        self.span(key).is_some()
+    }
+
+    /// The JSON text of `key`'s value, as given (e.g. `"m"`, `[1,2]`, `null`).
+    pub fn raw(&self, key: &str) -> Option<&str> {
+        let span = self.span(key)?;
+        // The span was cut from valid UTF-8 JSON at value boundaries.
+        std::str::from_utf8(&self.bytes[span]).ok()
+    }
+
+    /// `key`'s value as a tree; meant for small fields (a whole prompt would defeat the type).
+    pub fn get(&self, key: &str) -> Option<Value> {
+        serde_json::from_str(self.raw(key)?).ok()
+    }
+
+    /// `key`'s value decoded as `T` (borrowing from the body where `T` can).
+    pub fn get_as<'a, T: Deserialize<'a>>(
+        &'a self,
+        key: &str,
+    ) -> Option<Result<T, serde_json::Error>> {
+        self.raw(key).map(serde_json::from_str)
+    }
+
+    /// `key`'s value as a nested [`RawObject`] (sharing this body's bytes); `None` when absent
+    /// or `null`.
+    ///
+    /// Errors: the value is not an object, or repeats a key.
+    pub fn object(&self, key: &str) -> Option<Result<RawObject, RawObjectError>> {
+        let span = self.span(key)?;
+        if &self.bytes[span.clone()] == b"null" {
+            return None;
+        }
+        Some(RawObject::parse(self.bytes.slice(span)))
+    }
+
+    /// The named fields that are present, as a tree (absent names are left out).
+    pub fn subset(&self, keys: &[&str]) -> Map<String, Value> {
+        keys.iter()
+            .filter_map(|k| Some((k.to_string(), self.get(k)?)))
+            .collect()
+    }
+
+    /// The whole object as a tree (fallback and test paths only).
+    pub fn to_map(&self) -> Map<String, Value> {
+        self.fields
+            .iter()
+            .filter_map(|(k, _)| Some((k.to_string(), self.get(k)?)))
+            .collect()
+    }
+
+    /// Each top-level entry as `(key, value bytes)`, in order.
+    pub fn entries(&self) -> impl Iterator<Item = (&str, &[u8])> {
+        self.fields
+            .iter()
+            .map(|(k, r)| (&**k, &self.bytes[r.clone()]))
+    }
+
+    fn span(&self, key: &str) -> Option<Range<usize>> {
+        self.fields
+            .iter()
+            .find(|(k, _)| **k == *key)
+            .map(|(_, r)| r.clone())
+    }
+}
+
+/// Each top-level entry of the JSON object `bytes` as `(key, value span)`, in order,
+/// repeated keys included (the one scanner behind [`RawObject`] and the body patcher).
+///
+/// Errors: as [`RawObject::parse`] but for repeated keys.
+pub fn scan(bytes: &[u8]) -> Result<Vec<(String, Range<usize>)>, RawObjectError> {
+    let mut de = serde_json::Deserializer::from_slice(bytes);
+    let spans = match de.deserialize_map(SpansVisitor) {
+        Ok(s) => s.0,
+        // serde_json's own message for a non-object would name a type; say it plainly.
+        Err(_)
+            if bytes
+                .iter()
+                .find(|b| !b.is_ascii_whitespace())
+                .is_some_and(|b| *b != b'{')
+                && is_json(bytes) =>
+        {
+            return Err(RawObjectError::NotAnObject)
+        }
+        Err(e) => return Err(RawObjectError::InvalidJson(e.to_string())),
+    };
+    de.end()
+        .map_err(|e| RawObjectError::InvalidJson(e.to_string()))?;
+    let base = bytes.as_ptr() as usize;
+    Ok(spans
+        .into_iter()
+        .map(|(key, value)| {
+            // `value` borrows from `bytes`: its offset is the distance between the pointers.
+            let start = value.get().as_ptr() as usize - base;
+            (key, start..start + value.get().len())
+        })
+        .collect())
+}
+
+fn is_json(bytes: &[u8]) -> bool {
+    serde_json::from_slice::<serde::de::IgnoredAny>(bytes).is_ok()
+}
+
+fn quoted(key: &str) -> String {
+    if key.len() <= MAX_QUOTED_KEY_BYTES {
+        return key.to_string();
+    }
+    let mut end = MAX_QUOTED_KEY_BYTES;
+    while !key.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &key[..end])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn obj(s: &str) -> RawObject {
+        RawObject::parse(Bytes::from(s.to_string())).unwrap()
+    }
+
+    #[test]
+    fn spans_give_each_value_as_written() {
+        let o = obj(r#" {"model" : "m", "prompt":[1, 2,3], "x":{"k":"\u00e9"}, "n":null} "#);
+        assert_eq!(o.keys().collect::<Vec<_>>(), ["model", "prompt", "x", "n"]);
+        assert_eq!(o.raw("model"), Some(r#""m""#));
+        assert_eq!(o.raw("prompt"), Some("[1, 2,3]"));
+        assert_eq!(o.raw("x"), Some(r#"{"k":"\u00e9"}"#));
+        assert_eq!(o.get("x"), Some(serde_json::json!({"k": "é"})));
+        assert_eq!(o.raw("n"), Some("null"));
+        assert!(o.contains_key("n") && !o.contains_key("absent"));
+        assert_eq!(o.get_as::<&str>("model").unwrap().unwrap(), "m");
+        assert_eq!(o.subset(&["model", "absent"]), {
+            let mut m = Map::new();
+            m.insert("model".into(), "m".into());
+            m
+        });
+        assert_eq!(o.to_map().len(), 4);
+    }
+
+    #[test]
+    fn refuses_what_is_not_one_object() {
+        let e = |s: &str| RawObject::parse(Bytes::from(s.to_string())).unwrap_err();
+        assert_eq!(e("[1]"), RawObjectError::NotAnObject);
+        assert_eq!(e(" \"s\""), RawObjectError::NotAnObject);
+        assert_eq!(
+            e("{nope").to_string(),
+            "key must be a string at line 1 column 2"
+        );
+        assert_eq!(
+            e("{} {}").to_string(),
+            "trailing characters at line 1 column 4"
+        );
+        assert!(matches!(e(""), RawObjectError::InvalidJson(_)));
+        assert_eq!(
+            e(r#"{"model":"a","x":1,"model":"b"}"#),
+            RawObjectError::DuplicateKey("model".into())
+        );
+        let long = "k".repeat(100);
+        let RawObjectError::DuplicateKey(k) = e(&format!(r#"{{"{long}":1,"{long}":2}}"#)) else {
+            panic!()
+        };
+        assert_eq!(k, format!("{}…", "k".repeat(64)));
+    }
+
+    #[test]
+    fn deep_values_are_skipped_without_recursion_limits_hurting_the_scan() {
+        // serde_json skips a value iteratively; only reading it would meet the depth limit.
+        let deep = format!(
+            r#"{{"m":"x","d":{}{}}}"#,
+            "[".repeat(10_000),
+            "]".repeat(10_000)
+        );
+        let o = obj(&deep);
+        assert_eq!(o.raw("m"), Some(r#""x""#));
+        assert_eq!(o.get("d"), None);
+    }
+}
