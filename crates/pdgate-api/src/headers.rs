@@ -66,10 +66,15 @@ pub const SIM_ROLE: &str = "x-sim-role";
 /// Simulator's revision label (absent when the worker has none).
 pub const SIM_REVISION: &str = "x-sim-revision";
 
+/// The shared secret a pdgate coordinator presents to its per-role routers
+/// (`--coordinator-token-file`; see pdgate-server's `trust` module).
+pub const COORDINATOR_TOKEN: &str = "x-pdgate-coordinator-token";
+
 /// Router-owned headers: stripped from client requests on ingress and from the response the
 /// client sees (design.md §5.3).
 pub const INTERNAL: &[&str] = &[
     REVISION_DECISION_ID,
+    COORDINATOR_TOKEN,
     "x-prefiller-host-port",
     "x-encoder-hosts-ports",
     "x-gateway-destination-endpoint",

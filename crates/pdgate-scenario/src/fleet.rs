@@ -25,6 +25,9 @@ pub struct FleetSpec {
     pub scrape_interval: Duration,
     /// Router request body limit, bytes.
     pub max_body_bytes: usize,
+    /// Who the router trusts to send coordinator headers (default: nobody); a test that
+    /// uses the fleet's router as a per-role router behind a coordinator sets it.
+    pub trust: pdgate_server::trust::TrustedCallers,
 }
 
 impl FleetSpec {
@@ -42,6 +45,7 @@ impl FleetSpec {
             },
             scrape_interval: Duration::from_millis(50),
             max_body_bytes: pdgate_server::app::DEFAULT_MAX_BODY_BYTES,
+            trust: Default::default(),
         }
     }
 }
@@ -117,6 +121,7 @@ pub async fn start(spec: &FleetSpec, config_yaml: &str) -> anyhow::Result<LocalF
     let router = router_with(endpoints, config_yaml, |opts| {
         opts.scrape_interval = spec.scrape_interval;
         opts.max_body_bytes = spec.max_body_bytes;
+        opts.trust = spec.trust.clone();
     })
     .await?;
     let fleet = LocalFleet { workers, router };

@@ -45,6 +45,9 @@ pub struct ServeOptions {
     pub forward_rules: ForwardRules,
     /// What clients may hold: header/body timeouts, connections, body bytes in flight.
     pub client_limits: crate::client_limits::ClientLimits,
+    /// Who may send coordinator-to-router headers (default: nobody); a coordinator also
+    /// presents its token on legs to routers.
+    pub trust: crate::trust::TrustedCallers,
 }
 
 /// The per-role routers a coordinator dispatches phases to over HTTP, each selecting its
@@ -105,6 +108,7 @@ impl ServeOptions {
             routers: None,
             forward_rules: ForwardRules::default(),
             client_limits: Default::default(),
+            trust: Default::default(),
         }
     }
 }
@@ -141,6 +145,8 @@ pub struct AppState {
     pub connections: Arc<crate::listener::ConnectionSlots>,
     /// Request body bytes held now, shared by every server thread.
     pub body_budget: Arc<crate::body_budget::BodyBudget>,
+    /// Who may send coordinator-to-router headers ([`crate::trust`]).
+    pub trust: crate::trust::TrustedCallers,
 }
 
 /// A running server; stops its tasks when dropped.
@@ -199,14 +205,22 @@ async fn method_not_allowed(method: http::Method, uri: http::Uri) -> Response {
     .into_response()
 }
 
+/// The source address of the request's connection (set by [`crate::listener`]).
+fn peer_ip(ext: &http::Extensions) -> Option<std::net::IpAddr> {
+    ext.get::<axum::extract::ConnectInfo<SocketAddr>>()
+        .map(|c| c.0.ip())
+}
+
 async fn completions(State(s): State<Arc<AppState>>, req: Request) -> Response {
     let (parts, body) = req.into_parts();
-    crate::proxy::handle(s, ApiKind::Completions, parts.headers, body).await
+    let peer = peer_ip(&parts.extensions);
+    crate::proxy::handle(s, ApiKind::Completions, parts.headers, body, peer).await
 }
 
 async fn chat_completions(State(s): State<Arc<AppState>>, req: Request) -> Response {
     let (parts, body) = req.into_parts();
-    crate::proxy::handle(s, ApiKind::ChatCompletions, parts.headers, body).await
+    let peer = peer_ip(&parts.extensions);
+    crate::proxy::handle(s, ApiKind::ChatCompletions, parts.headers, body, peer).await
 }
 
 async fn models(State(s): State<Arc<AppState>>) -> Response {
@@ -335,6 +349,7 @@ pub async fn start_state(
         body_budget: crate::body_budget::BodyBudget::new(
             opts.client_limits.max_inflight_body_bytes,
         ),
+        trust: opts.trust,
     });
     Ok((state, tasks))
 }
@@ -384,6 +399,7 @@ impl AppState {
             client_limits: self.client_limits,
             connections: self.connections.clone(),
             body_budget: self.body_budget.clone(),
+            trust: self.trust.clone(),
         }
     }
 }

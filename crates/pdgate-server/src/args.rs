@@ -49,6 +49,16 @@ pub struct ServeArgs {
     /// Upstream timeouts, retries, breakers, prefill-unavailable policy.
     #[command(flatten)]
     pub resilience: crate::resilience_args::ResilienceArgs,
+    /// Callers trusted to send coordinator-to-router headers (`x-llm-d-epp-profile`, the
+    /// forwarded revision header, the decision id, `Prefer: if-available`), by source
+    /// address: CIDRs or addresses, comma-separated. Default: none.
+    #[arg(long, value_delimiter = ',')]
+    pub trusted_coordinator_networks: Vec<String>,
+    /// A file holding a shared secret (at least 16 visible ASCII characters): a caller that
+    /// presents it in `x-pdgate-coordinator-token` is trusted; a coordinator
+    /// (`--prefill-router`) given the same file sends it on every leg to its routers.
+    #[arg(long)]
+    pub coordinator_token_file: Option<PathBuf>,
     /// Client header/body timeouts, connection and in-flight body limits.
     #[command(flatten)]
     pub client_limits: crate::client_limits::ClientLimitsArgs,
@@ -135,6 +145,13 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     opts.scrape_interval = Duration::from_millis(args.scrape_interval_ms);
     opts.scrape_timeout = Duration::from_millis(args.scrape_timeout_ms.max(1));
     opts.resilience = args.resilience.settings();
+    let networks = crate::trust::parse_networks(&args.trusted_coordinator_networks)
+        .map_err(anyhow::Error::msg)?;
+    opts.trust = match &args.coordinator_token_file {
+        Some(path) => crate::trust::TrustedCallers::token_from_file(networks, path),
+        None => crate::trust::TrustedCallers::new(networks, None),
+    }
+    .map_err(|e| anyhow::anyhow!("--coordinator-token-file: {e}"))?;
     let nofile = crate::client_limits::raise_nofile_limit();
     opts.client_limits = args.client_limits.limits();
     tracing::info!(

@@ -34,6 +34,7 @@ pub mod served;
 pub mod session;
 pub mod threads;
 pub mod timeouts;
+pub mod trust;
 pub mod upstream;
 
 pub use app::{serve_on, AppState, ServeOptions, ServerHandle};

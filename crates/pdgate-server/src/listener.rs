@@ -15,10 +15,11 @@
 
 use crate::app::AppState;
 use crate::client_limits::ClientLimits;
+use axum::extract::ConnectInfo;
 use axum::Router;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto::Builder;
-use hyper_util::service::TowerToHyperService;
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -91,8 +92,8 @@ pub async fn accept_loop(listener: TcpListener, app: Router, state: Arc<AppState
         .header_read_timeout(limits.header_timeout);
     let builder = Arc::new(builder);
     loop {
-        let tcp = match listener.accept().await {
-            Ok((tcp, _)) => tcp,
+        let (tcp, peer) = match listener.accept().await {
+            Ok(accepted) => accepted,
             Err(e) => {
                 state.metrics.accept_errors.inc();
                 if crate::log_limit::allow(&crate::log_limit::ACCEPT_ERRORS) {
@@ -116,7 +117,10 @@ pub async fn accept_loop(listener: TcpListener, app: Router, state: Arc<AppState
             tokio::spawn(refuse(tcp));
             continue;
         };
-        let svc = TowerToHyperService::new(app.clone());
+        let svc = WithPeer {
+            app: app.clone(),
+            peer,
+        };
         let builder = builder.clone();
         let state = state.clone();
         tokio::spawn(async move {
@@ -135,6 +139,25 @@ pub async fn accept_loop(listener: TcpListener, app: Router, state: Arc<AppState
                 }
             }
         });
+    }
+}
+
+/// The routes, with each request told its connection's source address (as
+/// `axum::extract::ConnectInfo<SocketAddr>`: the trust boundary reads it, [`crate::trust`]).
+#[derive(Clone)]
+struct WithPeer {
+    app: Router,
+    peer: SocketAddr,
+}
+
+impl hyper::service::Service<http::Request<hyper::body::Incoming>> for WithPeer {
+    type Response = axum::response::Response;
+    type Error = std::convert::Infallible;
+    type Future = axum::routing::future::RouteFuture<std::convert::Infallible>;
+
+    fn call(&self, mut req: http::Request<hyper::body::Incoming>) -> Self::Future {
+        req.extensions_mut().insert(ConnectInfo(self.peer));
+        tower_service::Service::call(&mut self.app.clone(), req.map(axum::body::Body::new))
     }
 }
 

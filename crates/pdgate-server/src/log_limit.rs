@@ -33,6 +33,9 @@ pub static CONNECTIONS_REFUSED: Site = AtomicU64::new(0);
 /// Request bodies refused by the in-flight budget, or not sent in time.
 pub static BODIES_REFUSED: Site = AtomicU64::new(0);
 
+/// Coordinator headers from untrusted callers.
+pub static UNTRUSTED_HEADERS: Site = AtomicU64::new(0);
+
 /// True when `site` may log now (and records that it did).
 pub fn allow(site: &Site) -> bool {
     let now = SystemTime::now()

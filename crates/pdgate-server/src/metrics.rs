@@ -60,6 +60,9 @@ pub struct Metrics {
     /// `pdgate_engine_restarts_total`: engine restarts seen by the scraper (each drops the
     /// endpoint's prefix-cache credit).
     pub engine_restarts: IntCounter,
+    /// `pdgate_untrusted_headers_dropped_total{header}`: coordinator-to-router headers sent
+    /// by callers that are not trusted coordinators (`crate::trust`), dropped unread.
+    pub untrusted_headers_dropped: IntCounterVec,
     /// `pdgate_accept_errors_total`: failed accepts (e.g. descriptors exhausted).
     pub accept_errors: IntCounter,
     /// `pdgate_client_connections`: client connections open (set at each render).
@@ -215,6 +218,11 @@ impl Metrics {
             |name: &str, help: &str| reg(&r, IntCounter::new(name, help).expect("valid metric"));
         let int_gauge =
             |name: &str, help: &str| reg(&r, IntGauge::new(name, help).expect("valid metric"));
+        let untrusted_headers_dropped = counter_vec(
+            "pdgate_untrusted_headers_dropped_total",
+            "Coordinator-to-router headers from callers that are not trusted coordinators, dropped unread, by header.",
+            &["header"],
+        );
         let accept_errors = counter(
             "pdgate_accept_errors_total",
             "Failed accepts of client connections (e.g. descriptors exhausted).",
@@ -297,6 +305,7 @@ impl Metrics {
             prefill_fallbacks,
             scrape_errors,
             engine_restarts,
+            untrusted_headers_dropped,
             accept_errors,
             client_connections,
             client_connections_refused,

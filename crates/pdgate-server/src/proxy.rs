@@ -30,6 +30,7 @@ pub async fn handle(
     api: ApiKind,
     client_headers: HeaderMap,
     body: Body,
+    peer: Option<std::net::IpAddr>,
 ) -> Response {
     let mut counter = RequestCounter {
         state: &state,
@@ -37,7 +38,7 @@ pub async fn handle(
         status: None,
     };
     let rid = request_id(&client_headers);
-    let mut resp = match run(&state, api, client_headers, body, &rid).await {
+    let mut resp = match run(&state, api, client_headers, body, &rid, peer).await {
         Ok(r) => r,
         Err(e) => {
             if !matches!(
@@ -158,6 +159,43 @@ async fn read_frames(
         }
     }
     Ok(first.unwrap_or_else(|| buf.freeze()))
+}
+
+/// Counts (and logs, rate-limited) the coordinator-to-router headers an untrusted caller
+/// sent; their values are never read ([`crate::trust`]).
+fn drop_untrusted(state: &AppState, h: &HeaderMap, present: &HeaderNames<'_>) {
+    let probe = present.has(headers::PREFER)
+        && prefer::prefers(
+            h.get_all(headers::PREFER)
+                .iter()
+                .filter_map(|v| v.to_str().ok()),
+            prefer::IF_AVAILABLE,
+        );
+    let dropped = crate::trust::PROFILE_HEADERS
+        .iter()
+        .copied()
+        .chain([headers::REVISION_DECISION_ID])
+        .chain(state.forward_rules.names())
+        .filter(|n| present.has(n))
+        .chain(probe.then_some(headers::PREFER));
+    let mut any = None;
+    for name in dropped {
+        state
+            .metrics
+            .untrusted_headers_dropped
+            .with_label_values(&[name])
+            .inc();
+        any.get_or_insert(name);
+    }
+    if let Some(name) = any {
+        if crate::log_limit::allow(&crate::log_limit::UNTRUSTED_HEADERS) {
+            tracing::warn!(
+                header = name,
+                "coordinator header from an untrusted caller dropped \
+                (see --trusted-coordinator-networks, --coordinator-token-file)"
+            );
+        }
+    }
 }
 
 /// The scheduling profile a per-role router must run, from `x-llm-d-epp-profile` (or the
@@ -294,13 +332,23 @@ async fn run(
     client_headers: HeaderMap,
     body: Body,
     rid: &HeaderValue,
+    peer: Option<std::net::IpAddr>,
 ) -> Result<Response, ApiError> {
     let mut own_view: HeaderMap;
     // The lease holds the body's bytes in the budget until the answer is produced.
     let (raw, _lease) = read_body(state, body, &client_headers).await?;
     let mut req = InferenceRequest::from_bytes(api, raw)?;
     let present = HeaderNames::of(&client_headers);
-    let profile = profile_header(&client_headers, &present)?;
+    // Coordinator-to-router headers count only from a trusted caller (crate::trust); from
+    // anyone else they are dropped (and counted) before anything reads them.
+    let trusted = state.trust.trusts(peer, &client_headers);
+    if !trusted {
+        drop_untrusted(state, &client_headers, &present);
+    }
+    let profile = match trusted {
+        true => profile_header(&client_headers, &present)?,
+        false => None,
+    };
     // A per-role router's caller with a profile header is a coordinator sending a phase leg;
     // anyone else is a client, whose router-owned body fields go (issue 10: a client must not
     // steer an engine's KV transfer).
@@ -359,6 +407,7 @@ async fn run(
             .forward_rules
             .names()
             .chain(headers::INTERNAL.iter().copied())
+            .chain(crate::trust::PROFILE_HEADERS.iter().copied())
             .filter(|n| present.has(n))
             .collect();
         // A decision id only matters when encode picks will follow the main pick.
@@ -379,7 +428,8 @@ async fn run(
             Headers(&own_view)
         }
     };
-    let conditional = present.has(headers::PREFER)
+    let conditional = trusted
+        && present.has(headers::PREFER)
         && prefer::prefers(
             client_headers
                 .get_all(headers::PREFER)

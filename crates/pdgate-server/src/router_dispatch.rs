@@ -56,6 +56,15 @@ impl Dispatcher for RouterDispatch<'_> {
             headers::EPP_PROFILE,
             HeaderValue::from_static(profile(leg.phase)),
         );
+        // The routers trust this coordinator by its token, when it has one (crate::trust).
+        if let Some(t) = self
+            .state
+            .trust
+            .token()
+            .and_then(|t| HeaderValue::from_str(t).ok())
+        {
+            leg.headers.insert(headers::COORDINATOR_TOKEN, t);
+        }
         let t = leg_send::timeouts_for(self.state, self.req, leg.phase);
         let resend = matches!(leg.phase, Phase::Prefill | Phase::Decode)
             && !leg.headers.contains_key(headers::PREFER);

@@ -36,9 +36,10 @@ impl Layout {
 
 /// 1 prefill + 2 decode simulators; the decode router schedules with `decode_yaml`.
 async fn layout(decode_yaml: &str, conditional: bool) -> Layout {
-    let fleet = fleet::start(&FleetSpec::new(1, 2, 50.0), DEFAULT_CONFIG_YAML)
-        .await
-        .unwrap();
+    // The fleet's router is the prefill router: it trusts the coordinator (on loopback).
+    let mut spec = FleetSpec::new(1, 2, 50.0);
+    spec.trust = support::loopback_trusted();
+    let fleet = fleet::start(&spec, DEFAULT_CONFIG_YAML).await.unwrap();
     let decode_router = router(endpoints(&fleet.workers), decode_yaml).await;
     let routers = PhaseRouters::new(
         &fleet.router.addr.to_string(),

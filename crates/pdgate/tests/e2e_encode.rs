@@ -46,9 +46,12 @@ fn sum(f: &LocalFleet, role: &str, stat: impl Fn(&pdgate_sim::WorkerStats) -> u6
         .sum()
 }
 
+/// 1 prefill, 1 decode, 2 encode; the router trusts callers on loopback (it is also the
+/// prefill router of a coordinator below).
 fn spec() -> FleetSpec {
     FleetSpec {
         encode: 2,
+        trust: support::loopback_trusted(),
         ..FleetSpec::new(1, 1, 50.0)
     }
 }

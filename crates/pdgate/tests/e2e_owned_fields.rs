@@ -48,9 +48,11 @@ fn hostile(first: u32, len: u32, port: u16, extra: Value) -> Value {
 async fn a_clients_transfer_params_reach_no_engine_on_any_path() {
     let (port, hits) = trap().await;
     // 1 prefill + 2 decode simulators behind the built-in P/D router.
-    let fleet = fleet::start(&FleetSpec::new(1, 2, 50.0), DEFAULT_CONFIG_YAML)
-        .await
-        .unwrap();
+    // The fleet's router is also the prefill router of the coordinator path below: it
+    // trusts callers on loopback (clients without a profile header stay clients).
+    let mut spec = FleetSpec::new(1, 2, 50.0);
+    spec.trust = support::loopback_trusted();
+    let fleet = fleet::start(&spec, DEFAULT_CONFIG_YAML).await.unwrap();
     let direct = url(&fleet.router);
     let mut modes = Vec::new();
     // Split (a new 256-token prompt), then cached on its decode endpoint (aggregated),

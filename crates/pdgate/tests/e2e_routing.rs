@@ -168,9 +168,10 @@ async fn a_request_abandoned_before_its_response_head_is_counted_as_499() {
 
 #[tokio::test]
 async fn the_profile_header_selects_the_phase_profile_and_an_unknown_one_is_400() {
-    let f = fleet::start(&FleetSpec::new(1, 1, 100.0), DEFAULT_CONFIG_YAML)
-        .await
-        .unwrap();
+    // The test acts as a coordinator on loopback, which the router trusts.
+    let mut spec = FleetSpec::new(1, 1, 100.0);
+    spec.trust = support::loopback_trusted();
+    let f = fleet::start(&spec, DEFAULT_CONFIG_YAML).await.unwrap();
     let client = reqwest::Client::new();
     let body =
         json!({"model": "pdgate-sim", "prompt": (0..64).collect::<Vec<u32>>(), "max_tokens": 1});

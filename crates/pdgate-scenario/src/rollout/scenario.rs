@@ -113,7 +113,12 @@ async fn start(cfg: &RolloutConfig, dir: &Path) -> anyhow::Result<Layout> {
     let file = dir.join("endpoints.yaml");
     std::fs::write(&file, "endpoints: []\n")?;
     let yaml = router_config();
+    // The routers trust the coordinator by a shared token, as across a network (any caller
+    // on loopback without it is an ordinary client).
+    let trust = pdgate_server::trust::TrustedCallers::new(Vec::new(), Some(&session_token()))
+        .expect("a generated token is valid");
     let role_router = || {
+        let trust = trust.clone();
         let source = EndpointSource::File {
             path: file.clone(),
             poll: cfg.poll,
@@ -121,6 +126,7 @@ async fn start(cfg: &RolloutConfig, dir: &Path) -> anyhow::Result<Layout> {
         fleet::router_with(Vec::new(), &yaml, move |o| {
             o.endpoints = source;
             o.scrape_interval = Duration::from_millis(50);
+            o.trust = trust;
         })
     };
     let prefill_router = role_router().await?;
@@ -131,7 +137,8 @@ async fn start(cfg: &RolloutConfig, dir: &Path) -> anyhow::Result<Layout> {
         true,
     );
     let coordinator = fleet::router_with(Vec::new(), DEFAULT_CONFIG_YAML, |o| {
-        o.routers = Some(routers)
+        o.routers = Some(routers);
+        o.trust = trust.clone();
     })
     .await?;
     Ok(Layout {
@@ -323,4 +330,9 @@ pub fn temp_dir() -> anyhow::Result<PathBuf> {
     let dir = std::env::temp_dir().join(format!("pdgate-rollout-{}-{nanos}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
     Ok(dir)
+}
+
+/// A random token for one scenario run (32 hex digits).
+fn session_token() -> String {
+    uuid::Uuid::new_v4().simple().to_string()
 }

@@ -233,11 +233,19 @@ pub fn endpoints_yaml<'a>(workers: impl IntoIterator<Item = &'a WorkerHandle>) -
 // ---------------------------------------------------------------------------------------
 // Routers
 
-/// A router on 127.0.0.1:0 scheduling `endpoints` with `config_yaml`, default options.
+/// A router on 127.0.0.1:0 scheduling `endpoints` with `config_yaml`, default options but
+/// one: callers on 127.0.0.1 are trusted coordinators (as a coordinator sidecar on loopback
+/// is, with `--trusted-coordinator-networks 127.0.0.1`), so tests may act as one.
 pub async fn router(endpoints: Vec<Endpoint>, config_yaml: &str) -> ServerHandle {
-    fleet::router_with(endpoints, config_yaml, |_| {})
+    fleet::router_with(endpoints, config_yaml, |o| o.trust = loopback_trusted())
         .await
         .unwrap()
+}
+
+/// Trust for callers on 127.0.0.1.
+pub fn loopback_trusted() -> pdgate_server::trust::TrustedCallers {
+    let nets = pdgate_server::trust::parse_networks(&["127.0.0.1".into()]).unwrap();
+    pdgate_server::trust::TrustedCallers::new(nets, None).unwrap()
 }
 
 /// A router with the built-in config in front of one engine at `addr`, endpoint `d0` with
