@@ -6,7 +6,12 @@ use http::HeaderMap;
 use pdgate_api::headers;
 
 /// Hop-by-hop headers (RFC 9110 §7.6.1) plus those the proxy recomputes; never forwarded.
+/// `Expect` is among them: the router answers a client's `100-continue` itself (hyper, when
+/// it reads the body) and sends each leg's body whole, so an engine is never asked to.
+/// `X-Forwarded-*` are forwarded as the client (in practice the gateway in front) sent them:
+/// pdgate neither adds nor rewrites them, so the engines' logs see what the gateway saw.
 const HOP_BY_HOP: &[&str] = &[
+    "expect",
     "connection",
     "keep-alive",
     "proxy-connection",
@@ -202,12 +207,23 @@ mod tests {
             ("x-llm-d-disagg-revision", "forged"),
             ("x-request-id", "client-id"),
             ("x-custom", "1"),
+            ("expect", "100-continue"),
+            ("x-forwarded-for", "10.1.1.1"),
         ]);
         let up = ForwardRules::default()
             .upstream_request_headers(&client, &HeaderValue::from_static("rid"));
         let mut names: Vec<_> = up.keys().map(|k| k.as_str().to_string()).collect();
         names.sort();
-        assert_eq!(names, ["authorization", "x-custom", "x-request-id"]);
+        assert_eq!(
+            names,
+            [
+                "authorization",
+                "x-custom",
+                "x-forwarded-for",
+                "x-request-id"
+            ]
+        );
+        assert_eq!(up["x-forwarded-for"], "10.1.1.1");
         assert_eq!(up["x-request-id"], "rid");
 
         let resp = client_response_headers(&map(&[

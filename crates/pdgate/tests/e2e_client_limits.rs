@@ -195,3 +195,23 @@ async fn large_bodies_over_the_in_flight_budget_get_429_while_small_ones_pass() 
     assert_eq!(engine.requests().len(), 4, "3 small + the first large");
     assert_eq!(r.state.metrics.body_budget_refusals.get(), 1);
 }
+
+#[tokio::test]
+async fn expect_100_continue_is_answered_by_the_router_and_never_sent_to_the_engine() {
+    let (r, engine) = router(limits()).await;
+    let mut tcp = TcpStream::connect(r.addr).await.unwrap();
+    let head = head(REQUEST.len()).replace("\r\n\r\n", "\r\nexpect: 100-continue\r\n\r\n");
+    tcp.write_all(head.as_bytes()).await.unwrap();
+    let mut buf = vec![0u8; 4096];
+    let n = tcp.read(&mut buf).await.unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&buf[..n]),
+        "HTTP/1.1 100 Continue\r\n\r\n"
+    );
+    tcp.write_all(REQUEST.as_bytes()).await.unwrap();
+    let n = tcp.read(&mut buf).await.unwrap();
+    assert!(String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 200"));
+    let seen = engine.requests();
+    assert_eq!(seen.len(), 1);
+    assert_eq!(seen[0].header("expect"), None);
+}

@@ -112,3 +112,25 @@ async fn scrapes_of_a_large_fleet_run_at_most_64_at_a_time() {
         "peak {peak}"
     );
 }
+
+#[tokio::test]
+async fn a_dead_endpoint_is_scraped_ever_less_often() {
+    let dead = support::vllm::dead_address().await;
+    let role = std::collections::BTreeMap::from([(
+        pdgate_api::labels::ROLE.to_string(),
+        "decode".to_string(),
+    )]);
+    let endpoints = vec![pdgate_scheduler::Endpoint::new("d0", &dead, role)];
+    let r = pdgate_scenario::fleet::router_with(
+        endpoints,
+        pdgate_scheduler::DEFAULT_CONFIG_YAML,
+        |o| o.scrape_interval = std::time::Duration::from_millis(20),
+    )
+    .await
+    .unwrap();
+    // 100 ticks of 20 ms: without back-off, 100 failed scrapes; with waits of 1, 1, 2, 4, 8,
+    // 16, 32, 64 ticks, about 8.
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    let failed = r.state.metrics.scrape_errors.get();
+    assert!((5..=12).contains(&failed), "{failed} failed scrapes in 2 s");
+}

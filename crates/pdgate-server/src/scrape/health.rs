@@ -41,6 +41,26 @@ pub struct ScrapeHealth {
     start_time: Option<f64>,
     /// It answered at least once (an engine that comes up after the router did not restart).
     ever_answered: bool,
+    /// Failed scrapes since the last answer.
+    failures: u32,
+}
+
+/// Longest wait between two scrapes of an endpoint that keeps failing, ms.
+pub const MAX_BACKOFF_MS: u64 = 5_000;
+
+impl ScrapeHealth {
+    /// Scrape ticks to skip before the next scrape of this endpoint: 0 while it answers; after
+    /// `k` failures in a row, 2^(k-1) - 1 ticks (a wait of 1, 2, 4, … intervals), at most
+    /// [`MAX_BACKOFF_MS`] of `interval_ms` intervals. A dead endpoint of a large fleet then
+    /// costs a connection attempt every few seconds, not every tick.
+    pub fn ticks_to_skip(&self, interval_ms: u64) -> u64 {
+        if self.failures <= 1 {
+            return 0;
+        }
+        let doubled = 1u64 << (self.failures - 1).min(20);
+        let cap = (MAX_BACKOFF_MS / interval_ms.max(1)).max(1);
+        doubled.min(cap) - 1
+    }
 }
 
 impl ScrapeHealth {
@@ -55,6 +75,7 @@ impl ScrapeHealth {
         match scrape {
             Scrape::Failed => {
                 self.answered = Some(false);
+                self.failures = self.failures.saturating_add(1);
                 Verdict {
                     change: (before != Some(false)).then_some(Change::Failing),
                     restarted: false,
@@ -72,6 +93,7 @@ impl ScrapeHealth {
                 };
                 self.answered = Some(true);
                 self.ever_answered = true;
+                self.failures = 0;
                 if start_time.is_some() {
                     self.start_time = start_time;
                 }
@@ -87,6 +109,24 @@ impl ScrapeHealth {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_failing_endpoint_is_scraped_ever_less_often_up_to_the_cap() {
+        let mut h = ScrapeHealth::default();
+        let mut skips = Vec::new();
+        for _ in 0..8 {
+            h.observe(Scrape::Failed);
+            skips.push(h.ticks_to_skip(200));
+        }
+        // Waits of 1, 2, 4, 8, 16 intervals, then the 5 s cap (25 intervals of 200 ms).
+        assert_eq!(skips, [0, 1, 3, 7, 15, 24, 24, 24]);
+        h.observe(Scrape::Answered { start_time: None });
+        assert_eq!(h.ticks_to_skip(200), 0);
+        h.observe(Scrape::Failed);
+        assert_eq!(h.ticks_to_skip(10_000), 0, "one failure: no back-off");
+        h.observe(Scrape::Failed);
+        assert_eq!(h.ticks_to_skip(10_000), 0, "the cap is below one interval");
+    }
 
     fn ok(t: Option<f64>) -> Scrape {
         Scrape::Answered { start_time: t }

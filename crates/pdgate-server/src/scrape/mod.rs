@@ -64,6 +64,8 @@ pub struct ScrapeSettings {
 struct Tracked {
     health: Mutex<ScrapeHealth>,
     busy: AtomicBool,
+    /// Ticks still to skip (back-off of an endpoint that keeps failing).
+    skip: std::sync::atomic::AtomicU64,
 }
 
 /// Everything one endpoint's scrape needs.
@@ -108,7 +110,11 @@ pub fn start(
             n = n.wrapping_add(1);
             for e in &snap.endpoints {
                 let t = tracked.entry(e.endpoint.name.clone()).or_default().clone();
-                if t.busy.swap(true, Ordering::AcqRel) {
+                let backing_off = t
+                    .skip
+                    .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1))
+                    .is_ok();
+                if backing_off || t.busy.swap(true, Ordering::AcqRel) {
                     continue;
                 }
                 let job = Job {
@@ -125,6 +131,9 @@ pub fn start(
                     // The semaphore is never closed; a scrape without a permit is skipped.
                     if let Ok(_permit) = permits.acquire_owned().await {
                         scrape_one(&job, &up, &metrics, settings.timeout, &on_restart).await;
+                        let interval = settings.interval.as_millis() as u64;
+                        let skip = job.tracked.health.lock().ticks_to_skip(interval);
+                        job.tracked.skip.store(skip, Ordering::Release);
                     }
                     job.tracked.busy.store(false, Ordering::Release);
                 });
