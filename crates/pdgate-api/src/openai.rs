@@ -125,8 +125,9 @@ impl InferenceRequest {
         })?;
         let model = match body.raw("model") {
             None | Some("null") => return Err(RequestError::MissingField("model")),
-            Some(raw) => serde_json::from_str::<String>(raw)
-                .ok()
+            Some(raw) => unescaped_string(raw)
+                .map(str::to_string)
+                .or_else(|| serde_json::from_str::<String>(raw).ok())
                 .filter(|s| !s.is_empty())
                 .ok_or(RequestError::InvalidField {
                     field: "model",
@@ -201,11 +202,26 @@ const BAD_PROMPT: RequestError = RequestError::InvalidField {
 /// Decodes `prompt`'s JSON text: a string, token ids (`[int, ...]`, each in `u32`) read
 /// straight into a vector, or a one-element array of either.
 fn prompt_input(raw: &str) -> Result<PromptInput, RequestError> {
+    // A string without escapes is its own text: the scan already checked it.
+    if let Some(text) = unescaped_string(raw) {
+        return Ok(PromptInput::Text(text.to_string()));
+    }
     // The separators bound the number of tokens: the vector is sized once.
-    let commas = raw.bytes().filter(|&b| b == b',').count();
+    let tokens = match raw.starts_with('[') {
+        true => memchr::memchr_iter(b',', raw.as_bytes()).count() + 1,
+        false => 0,
+    };
     let mut de = serde_json::Deserializer::from_str(raw);
-    serde::Deserializer::deserialize_any(&mut de, PromptVisitor { tokens: commas + 1 })
-        .map_err(|_| BAD_PROMPT)
+    serde::Deserializer::deserialize_any(&mut de, PromptVisitor { tokens }).map_err(|_| BAD_PROMPT)
+}
+
+/// The text of the JSON string `raw` when it has no escape (then its bytes between the
+/// quotes are the text: the body scan validated the string, control characters included).
+fn unescaped_string(raw: &str) -> Option<&str> {
+    let inner = raw.strip_prefix('"')?.strip_suffix('"')?;
+    memchr::memchr(b'\\', inner.as_bytes())
+        .is_none()
+        .then_some(inner)
 }
 
 /// Decodes a prompt; `tokens` bounds the number of token ids it can hold.
