@@ -70,6 +70,12 @@ pub enum RequestError {
     /// readers differ on which copy counts.
     #[error("field `{0}` is given more than once")]
     DuplicateField(String),
+    /// More top-level fields than [`crate::raw_object::MAX_FIELDS`].
+    #[error(
+        "request body has more than {} top-level fields",
+        crate::raw_object::MAX_FIELDS
+    )]
+    TooManyFields,
     /// A field has the wrong type or value.
     #[error("field `{field}` {expected}")]
     InvalidField {
@@ -122,6 +128,7 @@ impl InferenceRequest {
             RawObjectError::InvalidJson(m) => RequestError::InvalidJson(m),
             RawObjectError::NotAnObject => RequestError::NotAnObject,
             RawObjectError::DuplicateKey(k) => RequestError::DuplicateField(k),
+            RawObjectError::TooManyFields => RequestError::TooManyFields,
         })?;
         let model = match body.raw("model") {
             None | Some("null") => return Err(RequestError::MissingField("model")),

@@ -34,14 +34,29 @@ pub enum RawObjectError {
     /// A top-level key given twice (quoted up to [`MAX_QUOTED_KEY_BYTES`]).
     #[error("field `{0}` is given more than once")]
     DuplicateKey(String),
+    /// More top-level fields than [`MAX_FIELDS`].
+    #[error("more than {MAX_FIELDS} top-level fields")]
+    TooManyFields,
 }
+
+/// Most top-level fields a [`RawObject`] takes: an OpenAI request has a few dozen, and each
+/// field costs about 100 bytes of index, so 5 million one-character keys (a 64 MB body)
+/// would cost 10× the body.
+pub const MAX_FIELDS: usize = 4096;
 
 /// A JSON object: its bytes and, in order, each top-level key with the span of its value.
 #[derive(Clone)]
 pub struct RawObject {
     bytes: Bytes,
     fields: Vec<(Box<str>, Range<usize>)>,
+    /// Key → position in `fields`, for objects of more than [`INDEXED_FROM`] fields (a body
+    /// of 80,000 keys must cost linear time, not quadratic; SipHash, as the keys are the
+    /// client's).
+    index: Option<std::collections::HashMap<Box<str>, usize>>,
 }
+
+/// Objects with more fields than this get a hash index (below it a scan is cheaper).
+const INDEXED_FROM: usize = 16;
 
 impl fmt::Debug for RawObject {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -53,7 +68,13 @@ impl fmt::Debug for RawObject {
 
 struct Spans<'de>(Vec<(String, &'de RawValue)>);
 
-struct SpansVisitor;
+/// Collects the entries; at most `max` of them (else the error says so).
+struct SpansVisitor {
+    max: usize,
+}
+
+/// The message of the visitor's error for too many fields (recognised in [`scan`]).
+const TOO_MANY: &str = "pdgate: too many top-level fields";
 
 impl<'de> Visitor<'de> for SpansVisitor {
     type Value = Spans<'de>;
@@ -65,6 +86,9 @@ impl<'de> Visitor<'de> for SpansVisitor {
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Spans<'de>, A::Error> {
         let mut out = Vec::with_capacity(map.size_hint().unwrap_or(8));
         while let Some((k, v)) = map.next_entry::<String, &'de RawValue>()? {
+            if out.len() == self.max {
+                return Err(serde::de::Error::custom(TOO_MANY));
+            }
             out.push((k, v));
         }
         Ok(Spans(out))
@@ -77,15 +101,27 @@ impl RawObject {
     /// Errors: [`RawObjectError`] — invalid JSON (trailing characters included), another JSON
     /// value than an object, or a top-level key given twice.
     pub fn parse(bytes: Bytes) -> Result<Self, RawObjectError> {
-        let spans = scan(&bytes)?;
+        let spans = scan_at_most(&bytes, MAX_FIELDS)?;
         let mut fields: Vec<(Box<str>, Range<usize>)> = Vec::with_capacity(spans.len());
+        let mut index = (spans.len() > INDEXED_FROM)
+            .then(|| std::collections::HashMap::with_capacity(spans.len()));
         for (key, span) in spans {
-            if fields.iter().any(|(k, _)| **k == *key) {
+            let repeated = match &mut index {
+                Some(ix) => ix
+                    .insert(Box::<str>::from(key.as_str()), fields.len())
+                    .is_some(),
+                None => fields.iter().any(|(k, _)| **k == *key),
+            };
+            if repeated {
                 return Err(RawObjectError::DuplicateKey(quoted(&key)));
             }
             fields.push((key.into(), span));
         }
-        Ok(RawObject { bytes, fields })
+        Ok(RawObject {
+            bytes,
+            fields,
+            index,
+        })
     }
 
     /// The object's bytes, as given.
@@ -160,10 +196,14 @@ impl RawObject {
     }
 
     fn span(&self, key: &str) -> Option<Range<usize>> {
-        self.fields
-            .iter()
-            .find(|(k, _)| **k == *key)
-            .map(|(_, r)| r.clone())
+        match &self.index {
+            Some(ix) => ix.get(key).map(|&i| self.fields[i].1.clone()),
+            None => self
+                .fields
+                .iter()
+                .find(|(k, _)| **k == *key)
+                .map(|(_, r)| r.clone()),
+        }
     }
 }
 
@@ -172,9 +212,14 @@ impl RawObject {
 ///
 /// Errors: as [`RawObject::parse`] but for repeated keys.
 pub fn scan(bytes: &[u8]) -> Result<Vec<(String, Range<usize>)>, RawObjectError> {
+    scan_at_most(bytes, usize::MAX)
+}
+
+fn scan_at_most(bytes: &[u8], max: usize) -> Result<Vec<(String, Range<usize>)>, RawObjectError> {
     let mut de = serde_json::Deserializer::from_slice(bytes);
-    let spans = match de.deserialize_map(SpansVisitor) {
+    let spans = match de.deserialize_map(SpansVisitor { max }) {
         Ok(s) => s.0,
+        Err(e) if e.to_string().starts_with(TOO_MANY) => return Err(RawObjectError::TooManyFields),
         // serde_json's own message for a non-object would name a type; say it plainly.
         Err(_)
             if bytes
@@ -265,6 +310,32 @@ mod tests {
             panic!()
         };
         assert_eq!(k, format!("{}…", "k".repeat(64)));
+    }
+
+    #[test]
+    fn many_keys_are_indexed_and_a_late_repeat_is_found() {
+        let n = MAX_FIELDS;
+        let keys: Vec<String> = (0..n).map(|i| format!(r#""k{i}":{i}"#)).collect();
+        let o = obj(&format!("{{{}}}", keys.join(",")));
+        assert_eq!(o.raw("k4095"), Some("4095"));
+        assert_eq!(o.raw("k0"), Some("0"));
+        assert!(!o.contains_key("k4096"));
+        let over = RawObject::parse(Bytes::from(format!(r#"{{{},"k":1}}"#, keys.join(","))));
+        assert_eq!(
+            over.unwrap_err().to_string(),
+            "more than 4096 top-level fields"
+        );
+        let e = RawObject::parse(Bytes::from(format!(
+            r#"{{{},"k7":1}}"#,
+            keys[..n - 1].join(",")
+        )));
+        assert_eq!(e.unwrap_err(), RawObjectError::DuplicateKey("k7".into()));
+        assert_eq!(
+            scan(format!("{{{}}}", keys.join(",")).as_bytes())
+                .unwrap()
+                .len(),
+            n
+        );
     }
 
     #[test]

@@ -116,9 +116,19 @@ impl ForwardRules {
         request_id: &HeaderValue,
     ) -> HeaderMap {
         let mut out = HeaderMap::with_capacity(client.len() + 1);
+        // Headers the client names in `Connection` are hop-by-hop too (RFC 9110 §7.6.1).
+        let nominated: Vec<&str> = client
+            .get_all(http::header::CONNECTION)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .map(str::trim)
+            .filter(|t| !t.is_empty())
+            .collect();
         for (name, value) in client {
             let n = name.as_str();
             if is_hop_by_hop(name)
+                || nominated.iter().any(|t| t.eq_ignore_ascii_case(n))
                 || headers::is_internal(n)
                 || self.forwards(n)
                 || n == headers::REQUEST_ID
@@ -209,7 +219,10 @@ mod tests {
             ("x-custom", "1"),
             ("expect", "100-continue"),
             ("x-forwarded-for", "10.1.1.1"),
+            ("x-foo", "hop"),
         ]);
+        let mut client = client;
+        client.append("connection", HeaderValue::from_static("close, X-Foo"));
         let up = ForwardRules::default()
             .upstream_request_headers(&client, &HeaderValue::from_static("rid"));
         let mut names: Vec<_> = up.keys().map(|k| k.as_str().to_string()).collect();

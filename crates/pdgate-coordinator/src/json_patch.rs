@@ -57,7 +57,9 @@ fn apply<'e>(
     let mut out = Vec::with_capacity(len + 256);
     out.push(b'{');
     let mut done = vec![false; edits.len()];
-    let mut seen: Vec<&str> = Vec::new();
+    // Keys written so far (a later duplicate is dropped); hashed, so that an object of many
+    // keys costs linear time.
+    let mut seen: std::collections::HashSet<&str> = std::collections::HashSet::new();
     let mut first = true;
     let mut entry = |out: &mut Vec<u8>, key: &str, value: &[u8]| {
         if !first {
@@ -79,10 +81,10 @@ fn apply<'e>(
                     entry(&mut out, k, v);
                 }
             }
-            None if seen.contains(&key) => continue,
+            None if seen.contains(key) => continue,
             None => entry(&mut out, key, value),
         }
-        seen.push(key);
+        seen.insert(key);
     }
     for (i, e) in edits.iter().enumerate() {
         if let (false, Edit::Set(k, v)) = (done[i], e) {

@@ -20,11 +20,13 @@ use pdgate_api::{InferenceRequest, RawObject};
 pub const ROUTER_OWNED_FIELDS: &[&str] = &[KV_TRANSFER_PARAMS, EC_TRANSFER_PARAMS];
 
 /// True when `bytes` may carry a router-owned field (a fast substring test: the JSON key
-/// with its quotes), so that bodies without one are never parsed.
+/// with its quotes, or any `\u` escape, which could spell the key), so that bodies without
+/// one are never parsed.
 pub fn mentions(bytes: &[u8]) -> bool {
-    ROUTER_OWNED_FIELDS.iter().any(|f| {
-        memchr::memmem::find(bytes, f.as_bytes()).is_some_and(|i| i > 0 && bytes[i - 1] == b'"')
-    })
+    memchr::memmem::find(bytes, br"\u").is_some()
+        || ROUTER_OWNED_FIELDS.iter().any(|f| {
+            memchr::memmem::find(bytes, f.as_bytes()).is_some_and(|i| i > 0 && bytes[i - 1] == b'"')
+        })
 }
 
 /// Removes the router-owned fields from a client request (its body, which legs are built
@@ -109,5 +111,14 @@ mod tests {
         assert_eq!(strip_sse_line(line).unwrap(), b"data: {\"id\":\"c\"}\n");
         assert_eq!(strip_sse_line(b"data: [DONE]\n"), None);
         assert_eq!(strip_sse_line(b": comment kv_transfer_params\n"), None);
+        // An escaped spelling is the same key.
+        let escaped = b"data: {\"id\":\"c\", \"kv\\u005ftransfer_params\":{\"a\":1}}\n";
+        assert_eq!(strip_sse_line(escaped).unwrap(), b"data: {\"id\":\"c\"}\n");
+        let text = b"data: {\"text\":\"caf\\u00e9\"}\n";
+        assert_eq!(
+            strip_sse_line(text),
+            None,
+            "an escape alone changes nothing"
+        );
     }
 }

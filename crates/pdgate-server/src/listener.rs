@@ -4,8 +4,9 @@
 //!   [`ClientLimits::max_connections`] is answered `503` with `Connection: close` and closed at
 //!   once, so a flood of idle or slow connections never takes the descriptors that `/health`
 //!   and normal requests need for longer than the header timeout that frees them.
-//! - **Header timeout** (hyper's HTTP/1 header-read timer, from accept and again whenever
-//!   the connection falls idle after a response): a slowloris client, or a keep-alive
+//! - **Header timeout** (from accept until the first byte, here; then hyper's HTTP/1
+//!   header-read timer, which also runs whenever the connection falls idle after a
+//!   response): a connection that never sends a byte, a slowloris client, or a keep-alive
 //!   connection nobody uses, is closed after [`ClientLimits::header_timeout`].
 //! - **Accept errors** (`EMFILE`, `ENFILE`, …) pause the loop for [`ACCEPT_BACKOFF`] and are
 //!   logged at most once a second; the loop never stops.
@@ -125,6 +126,23 @@ pub async fn accept_loop(listener: TcpListener, app: Router, state: Arc<AppState
         let state = state.clone();
         tokio::spawn(async move {
             let _slot = slot;
+            // hyper's header timer starts with the first byte: a connection that never sends
+            // one is closed here after the same timeout.
+            let mut first = [0u8; 1];
+            let peeked = tokio::time::timeout(limits.header_timeout, tcp.peek(&mut first)).await;
+            if !matches!(peeked, Ok(Ok(1..))) {
+                // Timed out (counted), closed by the client (0 bytes) or broken: nothing to
+                // serve.
+                if peeked.is_ok() {
+                    return;
+                }
+                state
+                    .metrics
+                    .client_timeouts
+                    .with_label_values(&["header"])
+                    .inc();
+                return;
+            }
             let conn = builder.serve_connection_with_upgrades(TokioIo::new(tcp), svc);
             if let Err(e) = conn.await {
                 let timed_out = e

@@ -61,6 +61,13 @@ fn head(len: usize) -> String {
 async fn slow_headers_idle_connections_and_slow_bodies_are_closed_in_time() {
     let (r, _e) = router(limits()).await;
     let addr = r.addr;
+    // A connection that never sends a byte.
+    let mut silent = TcpStream::connect(addr).await.unwrap();
+    let (_, after) = read_to_close(&mut silent).await;
+    assert!(
+        after >= Duration::from_millis(350) && after < Duration::from_secs(3),
+        "{after:?}"
+    );
     // Headers that never end.
     let mut slow = TcpStream::connect(addr).await.unwrap();
     slow.write_all(b"POST /v1/completions HTTP/1.1\r\nhost: x\r\n")
@@ -105,7 +112,7 @@ async fn slow_headers_idle_connections_and_slow_bodies_are_closed_in_time() {
     );
     assert_eq!(
         metric(&m, r#"pdgate_client_timeouts_total{kind="header"}"#),
-        2,
+        3,
         "{m}"
     );
 }
