@@ -9,6 +9,7 @@ pub mod body;
 pub mod body_budget;
 pub mod bounds;
 pub mod breaker;
+pub mod client_body;
 pub mod client_limits;
 pub mod ctx;
 pub mod discovery;

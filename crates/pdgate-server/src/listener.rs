@@ -133,14 +133,9 @@ pub async fn accept_loop(listener: TcpListener, app: Router, state: Arc<AppState
             if !matches!(peeked, Ok(Ok(1..))) {
                 // Timed out (counted), closed by the client (0 bytes) or broken: nothing to
                 // serve.
-                if peeked.is_ok() {
-                    return;
+                if peeked.is_err() {
+                    count_header_timeout(&state);
                 }
-                state
-                    .metrics
-                    .client_timeouts
-                    .with_label_values(&["header"])
-                    .inc();
                 return;
             }
             let conn = builder.serve_connection_with_upgrades(TokioIo::new(tcp), svc);
@@ -149,15 +144,20 @@ pub async fn accept_loop(listener: TcpListener, app: Router, state: Arc<AppState
                     .downcast_ref::<hyper::Error>()
                     .is_some_and(hyper::Error::is_timeout);
                 if timed_out {
-                    state
-                        .metrics
-                        .client_timeouts
-                        .with_label_values(&["header"])
-                        .inc();
+                    count_header_timeout(&state);
                 }
             }
         });
     }
+}
+
+/// Counts a connection closed for not sending its headers in time.
+fn count_header_timeout(state: &AppState) {
+    state
+        .metrics
+        .client_timeouts
+        .with_label_values(&["header"])
+        .inc();
 }
 
 /// The routes, with each request told its connection's source address (as
