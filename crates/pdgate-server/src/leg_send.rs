@@ -45,6 +45,7 @@ pub async fn send(
             headers,
             leg.body.clone(),
             t,
+            crate::upstream::MAX_ANSWER_BYTES,
         )
         .await;
     let phase = leg.phase.as_str();

@@ -42,30 +42,16 @@ impl Upstream {
     }
 
     /// Sends one request within `t` and returns its head with the body: streamed (idle and
-    /// total bounds armed) when `t.streamed`, else read whole within the body timeout and
-    /// the deadline. `endpoint` names the target in errors.
+    /// total bounds armed) when `t.streamed`, else read whole, up to `max_bytes` (legs:
+    /// [`MAX_ANSWER_BYTES`]), within the body timeout and the deadline. `endpoint` names the
+    /// target in errors.
     ///
     /// Errors ([`FailureKind`]): `ConnectRefused`, `ConnectTimeout`, `Reset` (the connection
     /// failed after sending), `HeadTimeout` (streamed) or `Deadline` (non-streamed) when no
     /// head came in time, `BodyTimeout`, `Deadline` or `BodyBroken` while reading a
-    /// non-streamed body.
-    /// A non-streamed body over [`MAX_ANSWER_BYTES`] fails as `BodyBroken`.
-    pub async fn send(
-        &self,
-        endpoint: &str,
-        method: Method,
-        uri: String,
-        headers: HeaderMap,
-        body: Bytes,
-        t: LegTimeouts,
-    ) -> Result<PhaseResponse<LegBody>, DispatchError> {
-        self.send_limited(endpoint, method, uri, headers, body, t, MAX_ANSWER_BYTES)
-            .await
-    }
-
-    /// [`Self::send`] with a non-streamed body read up to `max_bytes`.
+    /// non-streamed body; a non-streamed body over `max_bytes` fails as `BodyBroken`.
     #[allow(clippy::too_many_arguments)]
-    async fn send_limited(
+    pub async fn send(
         &self,
         endpoint: &str,
         method: Method,
@@ -128,7 +114,7 @@ impl Upstream {
             total: Some(timeout),
         };
         let resp = self
-            .send_limited(
+            .send(
                 endpoint,
                 Method::GET,
                 format!("http://{address}{path}"),
