@@ -84,6 +84,8 @@ pub struct EndpointLoad {
     kv_usage: AtomicU64,
     /// Last `/metrics` scrape: 0 never scraped, 1 answered, 2 failed.
     reachable: AtomicU8,
+    /// When the gauges were last stored, [`monotonic_ms`]; 0 never.
+    scraped_at_ms: AtomicU64,
     /// Set when the endpoint left discovery: producers stop crediting it.
     retired: AtomicBool,
 }
@@ -101,6 +103,7 @@ impl Default for EndpointLoad {
             waiting: AtomicU64::new(f64::NAN.to_bits()),
             kv_usage: AtomicU64::new(f64::NAN.to_bits()),
             reachable: AtomicU8::new(0),
+            scraped_at_ms: AtomicU64::new(0),
             retired: AtomicBool::new(false),
         }
     }
@@ -143,6 +146,14 @@ impl EndpointLoad {
         w(&self.running, running);
         w(&self.waiting, waiting);
         w(&self.kv_usage, kv_usage);
+        self.scraped_at_ms
+            .store(monotonic_ms().max(1), Ordering::Relaxed);
+    }
+    /// When the gauges were last stored ([`Self::set_scraped`]), on the [`monotonic_ms`]
+    /// clock; `None` before the first scrape. Saturation detectors treat old gauges as
+    /// unknown.
+    pub fn scraped_at_ms(&self) -> Option<u64> {
+        Some(self.scraped_at_ms.load(Ordering::Relaxed)).filter(|t| *t > 0)
     }
     /// Model ids the engine serves, when known (read from its `/v1/models`).
     pub fn models(&self) -> Option<Arc<Vec<String>>> {
@@ -221,6 +232,16 @@ impl EndpointLoad {
             (r, w) => booked.max(r.unwrap_or(0.0) + w.unwrap_or(0.0)),
         }
     }
+}
+
+/// Milliseconds since the first call in this process (a monotonic clock, never 0 after the
+/// first millisecond): the time base of [`EndpointLoad::scraped_at_ms`].
+pub fn monotonic_ms() -> u64 {
+    static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    START
+        .get_or_init(std::time::Instant::now)
+        .elapsed()
+        .as_millis() as u64
 }
 
 /// A model id reduced to 64 bits for [`EndpointLoad::serves_key`]: xxh3 of the id with

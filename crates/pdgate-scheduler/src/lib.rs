@@ -14,6 +14,7 @@ mod booking;
 pub mod config;
 mod endpoint;
 pub mod error;
+pub mod flow;
 pub mod pins;
 pub mod plugin;
 pub mod plugins;
@@ -24,7 +25,7 @@ pub mod request;
 mod scheduler;
 
 pub use booking::Booking;
-pub use endpoint::{Endpoint, EndpointLoad, EndpointState, InFlightGuard, Snapshot};
+pub use endpoint::{monotonic_ms, Endpoint, EndpointLoad, EndpointState, InFlightGuard, Snapshot};
 pub use error::{ConfigError, Rejection};
 pub use pins::{check_ranks, pin_for, resolve, validate, Pin, PinError, Resolved};
 pub use plugin::Decision;

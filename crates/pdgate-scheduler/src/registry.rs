@@ -54,6 +54,10 @@ pub struct Built {
     pub metrics: Option<Arc<dyn MetricsSource>>,
     /// Prefix index, for producers.
     pub index: Option<Arc<PrefixIndex>>,
+    /// Saturation detector (flow control, legacy admission).
+    pub saturation: Option<Arc<dyn crate::flow::SaturationDetector>>,
+    /// Flow-control policy (fairness, ordering, usage limit).
+    pub flow_policy: Option<crate::flow::plugins::FlowPolicy>,
     /// Effective parameters (`Value::Null` for plugins without parameters).
     pub params: Value,
 }
@@ -183,6 +187,14 @@ pub static PLUGIN_TYPES: &[PluginType] = &[
     plugins::session_affinity_scorer::TYPE,
     plugins::session_affinity_filter::TYPE,
     plugins::rollout::TYPE,
+    crate::flow::plugins::GLOBAL_STRICT,
+    crate::flow::plugins::ROUND_ROBIN,
+    crate::flow::plugins::FCFS,
+    crate::flow::plugins::EDF,
+    crate::flow::plugins::SLO_DEADLINE,
+    crate::flow::plugins::STATIC_USAGE_LIMIT,
+    crate::flow::detector::UTILIZATION,
+    crate::flow::detector::CONCURRENCY,
 ];
 
 /// Looks a plugin type up by name.

@@ -23,6 +23,7 @@ pub struct Scheduler {
     hooks: Hooks,
     indexes: Vec<Arc<PrefixIndex>>,
     effective_yaml: String,
+    flow: crate::flow::FlowSettings,
 }
 
 impl Scheduler {
@@ -51,6 +52,7 @@ impl Scheduler {
             hooks,
             indexes,
             effective_yaml,
+            flow,
         } = config::load(yaml, source, extra)?;
         Ok(Scheduler {
             profiles,
@@ -58,7 +60,14 @@ impl Scheduler {
             hooks,
             indexes,
             effective_yaml,
+            flow,
         })
+    }
+
+    /// Flow control and admission as configured (`featureGates`, `flowControl`, the
+    /// saturation detector).
+    pub fn flow(&self) -> &crate::flow::FlowSettings {
+        &self.flow
     }
 
     /// The effective config with llm-d defaults injected, as YAML (`serve --print-config`,

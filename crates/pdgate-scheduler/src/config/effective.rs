@@ -15,6 +15,15 @@ pub struct Effective {
     pub plugins: Vec<EffectivePlugin>,
     /// Every profile, with explicit weights and pickers.
     pub scheduling_profiles: Vec<EffectiveProfile>,
+    /// `featureGates` as written; left out when empty.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub feature_gates: Vec<String>,
+    /// `flowControl` as written; left out when absent.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub flow_control: Option<Value>,
+    /// The deprecated top-level `saturationDetector` as written; left out when absent.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub saturation_detector: Option<Value>,
 }
 
 /// One plugin.

@@ -43,6 +43,8 @@ pub struct Loaded {
     pub indexes: Vec<Arc<PrefixIndex>>,
     /// The effective config as YAML.
     pub effective_yaml: String,
+    /// Flow control and admission (`featureGates`, `flowControl`).
+    pub flow: crate::flow::FlowSettings,
 }
 
 /// The plugins implementing each per-request extension point, in build order.
@@ -148,6 +150,7 @@ pub fn load_all(
     };
     let resolved = ld.profiles(&raw_profiles);
     let handler = handler(&mut ld, &resolved.names);
+    let flow = flow_settings(&mut ld, yaml);
     if !ld.errors.is_empty() {
         let mut errors = ld.errors;
         errors.sort_by_key(|e| e.line.unwrap_or(usize::MAX));
@@ -170,7 +173,11 @@ pub fn load_all(
             })
             .collect(),
         scheduling_profiles: resolved.effective,
+        feature_gates: flow.as_ref().map(|f| f.1.clone()).unwrap_or_default(),
+        flow_control: flow.as_ref().and_then(|f| f.2.clone()),
+        saturation_detector: flow.as_ref().and_then(|f| f.3.clone()),
     };
+    let flow = flow.map(|f| f.0).unwrap_or_default();
     Ok(Loaded {
         profiles: resolved.profiles,
         handler,
@@ -181,7 +188,68 @@ pub fn load_all(
             .filter_map(|(_, _, b)| b.index.clone())
             .collect(),
         effective_yaml: effective.to_yaml(),
+        flow,
     })
+}
+
+/// The sections as written (kept for the effective config) and what they resolve to.
+type FlowSections = (
+    crate::flow::FlowSettings,
+    Vec<String>,
+    Option<serde_yaml_ng::Value>,
+    Option<serde_yaml_ng::Value>,
+);
+
+/// Reads `featureGates`, `flowControl` and the top-level `saturationDetector`, resolving
+/// their plugin references against the built plugins; records any problem (with its line)
+/// and returns `None` then.
+fn flow_settings(ld: &mut Loader<'_>, yaml: &str) -> Option<FlowSections> {
+    use crate::flow::config::{self as fc, Declared, RawSections};
+    #[derive(serde::Deserialize)]
+    struct Verbatim {
+        #[serde(rename = "flowControl")]
+        flow_control: Option<serde_yaml_ng::Value>,
+        #[serde(rename = "saturationDetector")]
+        saturation_detector: Option<serde_yaml_ng::Value>,
+    }
+    let raw: RawSections = match serde_yaml_ng::from_str(yaml) {
+        Ok(r) => r,
+        Err(e) => {
+            let line = e.location().map(|l| l.line());
+            let msg = e.to_string();
+            let msg = msg
+                .rfind(" at line ")
+                .map_or(msg.as_str(), |i| &msg[..i])
+                .to_string();
+            ld.report(line, None, msg);
+            return None;
+        }
+    };
+    let gates = raw.feature_gates.clone();
+    let verbatim: Option<Verbatim> = serde_yaml_ng::from_str(yaml).ok();
+    let built = &ld.built;
+    let lookup = |name: &str| -> Option<Declared> {
+        let (_, _, b) = built.iter().find(|(n, _, _)| n == name)?;
+        Some(match (&b.saturation, b.flow_policy) {
+            (Some(d), _) => Declared::Detector(d.clone()),
+            (None, Some(p)) => Declared::Policy(p),
+            (None, None) => Declared::Other,
+        })
+    };
+    match fc::resolve(raw, &lookup) {
+        Ok(settings) => {
+            let (f, s) = verbatim.map_or((None, None), |v| (v.flow_control, v.saturation_detector));
+            Some((settings, gates, f, s))
+        }
+        Err((field, message)) => {
+            let path = field.replace(|c: char| c == '[' || c.is_ascii_digit() || c == ']', "");
+            let path = path.replace("..", ".");
+            let all = 0..yaml.lines().count();
+            let line = lines::find_path(yaml, &all, &path);
+            ld.report(line, None, format!("{field}: {message}"));
+            None
+        }
+    }
 }
 
 /// Builds the profile handler for the profiles `names` (injecting `single-profile-handler`

@@ -1,0 +1,458 @@
+//! The `featureGates` and `flowControl` sections of an EndpointPickerConfig, decoded
+//! strictly (llm-d-router `apix/config/v1alpha1`, `flowcontrol/{controller,registry}/config.go`).
+//!
+//! ```yaml
+//! featureGates: [flowControl]          # or "flowControl=false"
+//! flowControl:
+//!   maxBytes: 10Gi                     # global cap on queued bytes (0/absent: none)
+//!   maxRequests: 1k                    # global cap on queued requests (0/absent: none)
+//!   defaultRequestTTL: 60s             # queue wait while the pool has endpoints (0s: none)
+//!   noEndpointRequestTTL: 60s          # … while it has none (absent: defaultRequestTTL)
+//!   defaultPriorityBand: {maxBytes: 1G, maxRequests: 5000}
+//!   defaultNegativePriorityBand: {maxRequests: 50}
+//!   priorityBands:
+//!   - {priority: 100, maxRequests: 500, fairnessPolicyRef: round-robin-fairness-policy,
+//!      orderingPolicyRef: fcfs-ordering-policy}
+//!   usageLimitPolicyPluginRef: static-usage-limit-policy
+//!   saturationDetector: {pluginRef: utilization-detector}
+//! ```
+//!
+//! Bands: each listed band, priority 0 always, and any other priority a request carries
+//! (from `--inference-objective`) built from `defaultNegativePriorityBand` (priority < 0, when
+//! set) or `defaultPriorityBand`. A band's `maxBytes` defaults to 1,000,000,000 bytes and
+//! `maxRequests` to 5,000 (0 means the default), fairness to `global-strict-fairness-policy`,
+//! ordering to `fcfs-ordering-policy`. `enableEviction: true` is refused (pdgate does not
+//! revoke dispatched requests).
+
+use super::detector::{SaturationDetector, UtilizationDetector};
+use super::duration::GoDuration;
+use super::plugins::{Fairness, FlowPolicy, Ordering};
+use super::quantity::Quantity;
+use serde::Deserialize;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Default band `maxBytes` (llm-d: 1 GB).
+pub const DEFAULT_BAND_MAX_BYTES: u64 = 1_000_000_000;
+/// Default band `maxRequests` (llm-d: 5000).
+pub const DEFAULT_BAND_MAX_REQUESTS: u64 = 5000;
+/// Default `defaultRequestTTL` (llm-d: 60 s).
+pub const DEFAULT_REQUEST_TTL: Duration = Duration::from_secs(60);
+
+/// One priority band's limits and policies.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct BandConfig {
+    /// Higher is served first.
+    pub priority: i32,
+    /// Queued bytes (request bodies) this band holds at most.
+    pub max_bytes: u64,
+    /// Queued requests this band holds at most.
+    pub max_requests: u64,
+    /// How flows take turns.
+    pub fairness: Fairness,
+    /// How a flow orders its items.
+    pub ordering: Ordering,
+}
+
+/// The `flowControl` section, resolved (defaults filled, references checked).
+#[derive(Debug, Clone, PartialEq)]
+pub struct FlowControlConfig {
+    /// Global cap on queued bytes; 0 = none.
+    pub max_bytes: u64,
+    /// Global cap on queued requests; 0 = none.
+    pub max_requests: u64,
+    /// Queue wait budget while the pool has endpoints; zero = wait for the client.
+    pub default_ttl: Duration,
+    /// Queue wait budget while the pool has none; zero = wait for the client.
+    pub no_endpoint_ttl: Duration,
+    /// Listed bands (priority 0 included), highest priority first.
+    pub bands: Vec<BandConfig>,
+    /// Template of unlisted non-negative bands.
+    pub default_band: BandConfig,
+    /// Template of unlisted negative bands.
+    pub negative_band: BandConfig,
+    /// Dispatch stops while saturation ≥ this (`static-usage-limit-policy`).
+    pub usage_limit: f64,
+}
+
+impl Default for FlowControlConfig {
+    fn default() -> Self {
+        let band = BandConfig {
+            priority: 0,
+            max_bytes: DEFAULT_BAND_MAX_BYTES,
+            max_requests: DEFAULT_BAND_MAX_REQUESTS,
+            fairness: Fairness::default(),
+            ordering: Ordering::default(),
+        };
+        FlowControlConfig {
+            max_bytes: 0,
+            max_requests: 0,
+            default_ttl: DEFAULT_REQUEST_TTL,
+            no_endpoint_ttl: DEFAULT_REQUEST_TTL,
+            bands: vec![band],
+            default_band: band,
+            negative_band: band,
+            usage_limit: 1.0,
+        }
+    }
+}
+
+impl FlowControlConfig {
+    /// The band a request of `priority` joins: a listed one, else one built from the
+    /// matching template.
+    pub fn band(&self, priority: i32) -> BandConfig {
+        self.bands
+            .iter()
+            .find(|b| b.priority == priority)
+            .copied()
+            .unwrap_or(BandConfig {
+                priority,
+                ..if priority < 0 {
+                    self.negative_band
+                } else {
+                    self.default_band
+                }
+            })
+    }
+}
+
+/// Flow control as loaded: the gate, the detector, the section.
+#[derive(Clone)]
+pub struct FlowSettings {
+    /// `featureGates` names `flowControl` (and not `=false`).
+    pub gate: bool,
+    /// The pool's saturation detector (default `utilization-detector`).
+    pub detector: Arc<dyn SaturationDetector>,
+    /// The resolved `flowControl` section (defaults when absent).
+    pub control: FlowControlConfig,
+    /// Settings that load but have no effect (e.g. the section without the gate), to log.
+    pub warnings: Vec<String>,
+}
+
+impl Default for FlowSettings {
+    fn default() -> Self {
+        FlowSettings {
+            gate: false,
+            detector: Arc::new(UtilizationDetector::default()),
+            control: FlowControlConfig::default(),
+            warnings: Vec::new(),
+        }
+    }
+}
+
+impl std::fmt::Debug for FlowSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FlowSettings")
+            .field("gate", &self.gate)
+            .field("detector", &self.detector.type_name())
+            .field("control", &self.control)
+            .finish()
+    }
+}
+
+/// The two sections as written (the rest of the document is read elsewhere).
+#[derive(Debug, Default, Deserialize)]
+pub struct RawSections {
+    /// `featureGates`.
+    #[serde(rename = "featureGates", default)]
+    pub feature_gates: Vec<String>,
+    /// `flowControl`.
+    #[serde(rename = "flowControl")]
+    pub flow_control: Option<RawFlowControl>,
+    /// The deprecated top-level `saturationDetector` (`{pluginRef}`, or GAIE v1.3's
+    /// utilization thresholds).
+    #[serde(rename = "saturationDetector")]
+    pub saturation_detector: Option<serde_yaml_ng::Value>,
+}
+
+/// `flowControl` as written.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RawFlowControl {
+    max_bytes: Option<Quantity>,
+    max_requests: Option<Quantity>,
+    #[serde(rename = "defaultRequestTTL")]
+    default_request_ttl: Option<GoDuration>,
+    #[serde(rename = "noEndpointRequestTTL")]
+    no_endpoint_request_ttl: Option<GoDuration>,
+    default_priority_band: Option<RawBand>,
+    default_negative_priority_band: Option<RawBand>,
+    #[serde(default)]
+    priority_bands: Vec<RawBand>,
+    usage_limit_policy_plugin_ref: Option<String>,
+    saturation_detector: Option<RawRef>,
+    enable_eviction: Option<bool>,
+}
+
+/// A band as written.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct RawBand {
+    priority: Option<i32>,
+    max_bytes: Option<Quantity>,
+    max_requests: Option<Quantity>,
+    fairness_policy_ref: Option<String>,
+    ordering_policy_ref: Option<String>,
+}
+
+/// `{pluginRef}`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct RawRef {
+    plugin_ref: Option<String>,
+}
+
+/// What the resolver knows about a declared plugin name.
+pub enum Declared {
+    /// A flow-control policy.
+    Policy(FlowPolicy),
+    /// A saturation detector.
+    Detector(Arc<dyn SaturationDetector>),
+    /// Some other plugin.
+    Other,
+}
+
+/// A resolution error: the field (dotted) and the message.
+pub type FieldError = (String, String);
+
+/// Reads `featureGates`: `Ok(gate on)`.
+///
+/// Errors: an unknown gate or a bad `=bool`, naming it.
+pub fn gate(gates: &[String]) -> Result<bool, FieldError> {
+    let mut on = false;
+    for g in gates {
+        let (name, value) = match g.split_once('=') {
+            Some((n, v)) => (n.trim(), Some(v.trim().to_ascii_lowercase())),
+            None => (g.trim(), None),
+        };
+        if name != super::FEATURE_GATE {
+            return Err((
+                "featureGates".into(),
+                format!(
+                    "feature gate `{name}` is unknown or unsupported (pdgate knows `{}`)",
+                    super::FEATURE_GATE
+                ),
+            ));
+        }
+        on = match value.as_deref() {
+            None | Some("true") | Some("t") | Some("1") => true,
+            Some("false") | Some("f") | Some("0") => false,
+            Some(v) => {
+                return Err((
+                    "featureGates".into(),
+                    format!("feature gate `{g}`: `{v}` is not a boolean"),
+                ))
+            }
+        };
+    }
+    Ok(on)
+}
+
+/// Resolves the sections against the declared plugins (`lookup(name)`).
+///
+/// Errors: the first problem, with the dotted field it is about: a reference to an undefined
+/// plugin or to one of the wrong kind, a duplicate band, `enableEviction: true`.
+pub fn resolve(
+    raw: RawSections,
+    lookup: &dyn Fn(&str) -> Option<Declared>,
+) -> Result<FlowSettings, FieldError> {
+    let gate = gate(&raw.feature_gates)?;
+    let mut warnings = Vec::new();
+    let fc = raw.flow_control.unwrap_or_default();
+    if fc.enable_eviction == Some(true) {
+        return Err((
+            "flowControl.enableEviction".into(),
+            "in-flight eviction is not supported by pdgate (set it to false or remove it)".into(),
+        ));
+    }
+    // The detector: flowControl.saturationDetector, else the deprecated top-level one.
+    let mut detector_ref = fc
+        .saturation_detector
+        .as_ref()
+        .and_then(|r| r.plugin_ref.clone());
+    let mut detector: Option<Arc<dyn SaturationDetector>> = None;
+    if detector_ref.is_none() {
+        if let Some(v) = &raw.saturation_detector {
+            match v.get("pluginRef") {
+                Some(r) => detector_ref = r.as_str().map(str::to_string),
+                None => {
+                    let params = crate::registry::decode(Some(v)).map_err(|e| {
+                        (
+                            format!("saturationDetector.{}", e.path.unwrap_or_default()),
+                            e.message,
+                        )
+                    })?;
+                    detector = Some(Arc::new(UtilizationDetector { params }));
+                }
+            }
+        }
+    }
+    let detector = match (detector, detector_ref.filter(|r| !r.is_empty())) {
+        (Some(d), _) => d,
+        (None, Some(name)) => match lookup(&name) {
+            Some(Declared::Detector(d)) => d,
+            Some(_) => {
+                return Err((
+                    "flowControl.saturationDetector.pluginRef".into(),
+                    format!("plugin `{name}` is not a saturation detector"),
+                ))
+            }
+            None => {
+                return Err((
+                    "flowControl.saturationDetector.pluginRef".into(),
+                    format!("saturation detector references undefined plugin `{name}`"),
+                ))
+            }
+        },
+        (None, None) => match lookup(super::detector::UTILIZATION.name) {
+            Some(Declared::Detector(d)) => d,
+            _ => Arc::new(UtilizationDetector::default()),
+        },
+    };
+    let policy = |field: &str, name: &Option<String>| -> Result<Option<FlowPolicy>, FieldError> {
+        let Some(name) = name else { return Ok(None) };
+        match lookup(name) {
+            Some(Declared::Policy(p)) => Ok(Some(p)),
+            Some(_) => Err((
+                field.into(),
+                format!("plugin `{name}` is not a flow-control policy"),
+            )),
+            None => match crate::flow::plugins::TYPES.iter().find(|t| t.name == name) {
+                // A policy named by its type works without a `plugins:` entry.
+                Some(t) => {
+                    let mut ctx = crate::registry::BuildCtx {
+                        built: &[],
+                        profiles: &[],
+                        next_slot: 0,
+                    };
+                    let built = (t.build)(None, &mut ctx).map_err(|e| (field.into(), e.message))?;
+                    match built.flow_policy {
+                        Some(p) => Ok(Some(p)),
+                        None => Err((
+                            field.into(),
+                            format!("plugin `{name}` is not a flow-control policy"),
+                        )),
+                    }
+                }
+                None => Err((field.into(), format!("plugin `{name}` not found"))),
+            },
+        }
+    };
+    let usage_limit = match policy(
+        "flowControl.usageLimitPolicyPluginRef",
+        &fc.usage_limit_policy_plugin_ref,
+    )? {
+        None => 1.0,
+        Some(FlowPolicy::UsageLimit { threshold }) => threshold,
+        Some(_) => {
+            return Err((
+                "flowControl.usageLimitPolicyPluginRef".into(),
+                "the plugin is not a usage-limit policy (e.g. `static-usage-limit-policy`)".into(),
+            ))
+        }
+    };
+    let band = |field: &str, raw: &RawBand, base: BandConfig| -> Result<BandConfig, FieldError> {
+        let fairness = match policy(
+            &format!("{field}.fairnessPolicyRef"),
+            &raw.fairness_policy_ref,
+        )? {
+            None => base.fairness,
+            Some(FlowPolicy::Fairness(f)) => f,
+            Some(_) => {
+                return Err((
+                    format!("{field}.fairnessPolicyRef"),
+                    "the plugin is not a fairness policy".into(),
+                ))
+            }
+        };
+        let ordering = match policy(
+            &format!("{field}.orderingPolicyRef"),
+            &raw.ordering_policy_ref,
+        )? {
+            None => base.ordering,
+            Some(FlowPolicy::Ordering(o)) => o,
+            Some(_) => {
+                return Err((
+                    format!("{field}.orderingPolicyRef"),
+                    "the plugin is not an ordering policy".into(),
+                ))
+            }
+        };
+        let or = |q: Option<Quantity>, d: u64| q.map(|q| q.0).filter(|v| *v > 0).unwrap_or(d);
+        Ok(BandConfig {
+            priority: raw.priority.unwrap_or(base.priority),
+            max_bytes: or(raw.max_bytes, base.max_bytes),
+            max_requests: or(raw.max_requests, base.max_requests),
+            fairness,
+            ordering,
+        })
+    };
+    let base = FlowControlConfig::default().default_band;
+    let default_band = match &fc.default_priority_band {
+        Some(b) => BandConfig {
+            priority: 0,
+            ..band("flowControl.defaultPriorityBand", b, base)?
+        },
+        None => base,
+    };
+    let negative_band = match &fc.default_negative_priority_band {
+        Some(b) => band("flowControl.defaultNegativePriorityBand", b, default_band)?,
+        None => default_band,
+    };
+    let mut bands: Vec<BandConfig> = Vec::new();
+    for (i, b) in fc.priority_bands.iter().enumerate() {
+        let field = format!("flowControl.priorityBands[{i}]");
+        let Some(p) = b.priority else {
+            return Err((format!("{field}.priority"), "is required".into()));
+        };
+        let template = if p < 0 { negative_band } else { default_band };
+        let built = band(
+            &field,
+            b,
+            BandConfig {
+                priority: p,
+                ..template
+            },
+        )?;
+        if bands.iter().any(|x| x.priority == p) {
+            return Err((
+                format!("{field}.priority"),
+                format!("duplicate priority level {p}"),
+            ));
+        }
+        bands.push(built);
+    }
+    if !bands.iter().any(|b| b.priority == 0) {
+        bands.push(default_band);
+    }
+    bands.sort_by_key(|b| std::cmp::Reverse(b.priority));
+    let default_ttl = fc.default_request_ttl.map_or(DEFAULT_REQUEST_TTL, |d| d.0);
+    let control = FlowControlConfig {
+        max_bytes: fc.max_bytes.map_or(0, |q| q.0),
+        max_requests: fc.max_requests.map_or(0, |q| q.0),
+        default_ttl,
+        no_endpoint_ttl: fc.no_endpoint_request_ttl.map_or(default_ttl, |d| d.0),
+        bands,
+        default_band,
+        negative_band,
+        usage_limit,
+    };
+    let section_set = control != FlowControlConfig::default();
+    if !gate && section_set {
+        warnings.push(
+            "the flowControl config section is set but the flowControl feature gate is \
+             disabled; its settings (other than saturationDetector) are ignored"
+                .into(),
+        );
+    }
+    Ok(FlowSettings {
+        gate,
+        detector,
+        control,
+        warnings,
+    })
+}
+
+#[cfg(test)]
+#[path = "config_tests.rs"]
+mod tests;

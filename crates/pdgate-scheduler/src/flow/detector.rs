@@ -1,0 +1,428 @@
+//! Saturation detectors: how full the pool is, as one number (≥ 1.0 saturated, below it the
+//! fraction used), read by flow control's dispatch and by legacy admission. Both also act as
+//! profile filters. Source: llm-d-router `framework/plugins/flowcontrol/saturationdetector`.
+//!
+//! - `utilization-detector` {queueDepthThreshold 5, kvCacheUtilThreshold 0.8,
+//!   metricsStalenessThreshold 200ms, headroom 0}: per endpoint
+//!   `max(waiting / queueDepthThreshold, kv / kvCacheUtilThreshold)`, an endpoint whose
+//!   gauges are older than the staleness threshold (or never scraped) counts 1.0; the pool
+//!   value is the mean. As a filter it drops stale endpoints and keeps those under
+//!   `threshold × (1 + headroom)` on both gauges, returning the input when it would empty it.
+//!   pdgate's waiting count is `max(scraped waiting, bookings − scraped running)`, so requests
+//!   this router sent since the last scrape count at once.
+//! - `concurrency-detector` {concurrencyMode `requests`, maxConcurrency 100, headroom 0}:
+//!   `Σ bookings / (N × maxConcurrency)`; as a filter it keeps endpoints with fewer than
+//!   `maxConcurrency × (1 + headroom)` bookings (no fail-open). The `tokens` and `hybrid`
+//!   modes are refused at load (pdgate books requests, not tokens).
+//!
+//! `pending` (requests flow control dispatched that have not booked an endpoint yet) is
+//! spread evenly over the endpoints, so a burst of dispatches sees its own effect.
+
+use super::duration::{self, GoDuration};
+use crate::endpoint::{monotonic_ms, EndpointState};
+use crate::plugin::{Candidates, Filter};
+use crate::registry::{decode, effective, BuildCtx, Built, PluginError, PluginType, Stage};
+use crate::request::RequestCtx;
+use pdgate_api::Role;
+use serde::{Deserialize, Serialize};
+use serde_yaml_ng::Value;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Measures the pool's saturation.
+pub trait SaturationDetector: Send + Sync {
+    /// Saturation of `endpoints` (schedulable ones) at `now_ms` ([`monotonic_ms`]) with
+    /// `pending` dispatched-but-unbooked requests: 1.0 for an empty set.
+    fn saturation(&self, endpoints: &[&Arc<EndpointState>], pending: u32, now_ms: u64) -> f64;
+    /// Endpoints whose gauges are too old to use (`flow_control_stale_endpoints`).
+    fn stale(&self, _endpoints: &[&Arc<EndpointState>], _now_ms: u64) -> usize {
+        0
+    }
+    /// The plugin type, for metrics and logs.
+    fn type_name(&self) -> &'static str;
+}
+
+/// Saturation per stage and the value the gate uses (`flow_control_pool_saturation{stage}`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Stages {
+    /// Endpoints that run prefill (prefill, encode-prefill, and prefill-decode ones).
+    pub prefill: Option<f64>,
+    /// Endpoints that run decode (decode, no role, prefill-decode ones).
+    pub decode: Option<f64>,
+    /// The larger of the two; the whole pool's value when neither stage has endpoints.
+    pub effective: f64,
+}
+
+/// The pool's saturation by stage, as llm-d's flow-control processor splits it by the
+/// `llm-d.ai/role` label: prefill stage = prefill, encode-prefill, prefill-decode; decode
+/// stage = decode, prefill-decode, encode-prefill-decode and endpoints without a role;
+/// encode-only endpoints count in neither. Only schedulable endpoints count.
+pub fn pool_saturation(
+    detector: &dyn SaturationDetector,
+    endpoints: &[Arc<EndpointState>],
+    pending: u32,
+    now_ms: u64,
+) -> Stages {
+    let live: Vec<&Arc<EndpointState>> = endpoints
+        .iter()
+        .filter(|e| e.endpoint.schedulable())
+        .collect();
+    let stage = |f: fn(Option<Role>) -> bool| -> Option<f64> {
+        let eps: Vec<&Arc<EndpointState>> = live
+            .iter()
+            .copied()
+            .filter(|e| f(e.endpoint.role))
+            .collect();
+        (!eps.is_empty()).then(|| detector.saturation(&eps, pending, now_ms))
+    };
+    let prefill = stage(|r| {
+        matches!(
+            r,
+            Some(Role::Prefill | Role::EncodePrefill | Role::PrefillDecode)
+        )
+    });
+    let decode = stage(|r| {
+        matches!(
+            r,
+            None | Some(Role::Decode | Role::PrefillDecode | Role::EncodePrefillDecode)
+        )
+    });
+    let effective = match (prefill, decode) {
+        (None, None) => detector.saturation(&live, pending, now_ms),
+        (p, d) => p.unwrap_or(0.0).max(d.unwrap_or(0.0)),
+    };
+    Stages {
+        prefill,
+        decode,
+        effective,
+    }
+}
+
+/// `utilization-detector` parameters.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct UtilizationParams {
+    /// Waiting requests at which an endpoint counts as full (default 5; > 0).
+    #[serde(default = "default_queue_depth")]
+    pub queue_depth_threshold: u32,
+    /// KV-cache usage (0..1] at which an endpoint counts as full (default 0.8).
+    #[serde(default = "default_kv")]
+    pub kv_cache_util_threshold: f64,
+    /// Gauges older than this count as unknown (Go duration; default `200ms`).
+    #[serde(
+        default = "default_staleness",
+        serialize_with = "ser_duration",
+        deserialize_with = "de_duration"
+    )]
+    pub metrics_staleness_threshold: Duration,
+    /// Filter slack: thresholds × (1 + headroom) (default 0; ≥ 0).
+    #[serde(default)]
+    pub headroom: f64,
+}
+
+fn default_queue_depth() -> u32 {
+    5
+}
+fn default_kv() -> f64 {
+    0.8
+}
+fn default_staleness() -> Duration {
+    Duration::from_millis(200)
+}
+fn ser_duration<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&duration::format(*d))
+}
+fn de_duration<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    GoDuration::deserialize(d).map(|g| g.0)
+}
+
+impl Default for UtilizationParams {
+    fn default() -> Self {
+        UtilizationParams {
+            queue_depth_threshold: default_queue_depth(),
+            kv_cache_util_threshold: default_kv(),
+            metrics_staleness_threshold: default_staleness(),
+            headroom: 0.0,
+        }
+    }
+}
+
+/// The `utilization-detector` (see the module docs).
+#[derive(Debug, Clone, Default)]
+pub struct UtilizationDetector {
+    /// Its parameters.
+    pub params: UtilizationParams,
+}
+
+impl UtilizationDetector {
+    fn fresh(&self, e: &EndpointState, now_ms: u64) -> bool {
+        let max_age = self.params.metrics_staleness_threshold.as_millis() as u64;
+        e.load
+            .scraped_at_ms()
+            .is_some_and(|t| now_ms.saturating_sub(t) <= max_age)
+    }
+
+    fn waiting(e: &EndpointState, extra: f64) -> f64 {
+        let l = &e.load;
+        let booked_not_running = l.in_flight() as f64 - l.running().unwrap_or(0.0);
+        l.waiting().unwrap_or(0.0).max(booked_not_running) + extra
+    }
+}
+
+impl SaturationDetector for UtilizationDetector {
+    fn saturation(&self, endpoints: &[&Arc<EndpointState>], pending: u32, now_ms: u64) -> f64 {
+        if endpoints.is_empty() {
+            return 1.0;
+        }
+        let extra = pending as f64 / endpoints.len() as f64;
+        let q = self.params.queue_depth_threshold as f64;
+        let kv = self.params.kv_cache_util_threshold;
+        let sum: f64 = endpoints
+            .iter()
+            .map(|e| match self.fresh(e, now_ms) {
+                false => 1.0,
+                true => (Self::waiting(e, extra) / q).max(e.load.kv_usage().unwrap_or(0.0) / kv),
+            })
+            .sum();
+        sum / endpoints.len() as f64
+    }
+
+    fn stale(&self, endpoints: &[&Arc<EndpointState>], now_ms: u64) -> usize {
+        endpoints.iter().filter(|e| !self.fresh(e, now_ms)).count()
+    }
+
+    fn type_name(&self) -> &'static str {
+        UTILIZATION.name
+    }
+}
+
+impl Filter for UtilizationDetector {
+    fn filter(&self, _ctx: &RequestCtx<'_>, candidates: &mut Candidates<'_>) {
+        let now = monotonic_ms();
+        let slack = 1.0 + self.params.headroom;
+        let q = self.params.queue_depth_threshold as f64 * slack;
+        let kv = self.params.kv_cache_util_threshold * slack;
+        let kept: Candidates<'_> = candidates
+            .iter()
+            .copied()
+            .filter(|e| {
+                self.fresh(e, now)
+                    && Self::waiting(e, 0.0) < q
+                    && e.load.kv_usage().unwrap_or(0.0) < kv
+            })
+            .collect();
+        // Fails open: an emptied set would turn a metrics hiccup into a 429 for everyone.
+        if !kept.is_empty() {
+            *candidates = kept;
+        }
+    }
+}
+
+/// `concurrency-detector` parameters.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ConcurrencyParams {
+    /// `requests` (the only mode pdgate implements).
+    #[serde(default = "default_mode")]
+    pub concurrency_mode: String,
+    /// Bookings per endpoint at which it counts as full (default 100; > 0).
+    #[serde(default = "default_max_concurrency")]
+    pub max_concurrency: u64,
+    /// Accepted for compatibility; only read in the `tokens`/`hybrid` modes (default 1e6).
+    #[serde(default = "default_max_tokens")]
+    pub max_token_concurrency: u64,
+    /// Filter slack: maxConcurrency × (1 + headroom) (default 0; ≥ 0).
+    #[serde(default)]
+    pub headroom: f64,
+}
+
+fn default_mode() -> String {
+    "requests".into()
+}
+fn default_max_concurrency() -> u64 {
+    100
+}
+fn default_max_tokens() -> u64 {
+    1_000_000
+}
+
+/// The `concurrency-detector` (see the module docs).
+#[derive(Debug, Clone)]
+pub struct ConcurrencyDetector {
+    /// Its parameters.
+    pub params: ConcurrencyParams,
+}
+
+impl SaturationDetector for ConcurrencyDetector {
+    fn saturation(&self, endpoints: &[&Arc<EndpointState>], pending: u32, _now_ms: u64) -> f64 {
+        if endpoints.is_empty() {
+            return 1.0;
+        }
+        let booked: u64 = endpoints.iter().map(|e| e.load.in_flight() as u64).sum();
+        let capacity = endpoints.len() as f64 * self.params.max_concurrency as f64;
+        (booked + pending as u64) as f64 / capacity
+    }
+
+    fn type_name(&self) -> &'static str {
+        CONCURRENCY.name
+    }
+}
+
+impl Filter for ConcurrencyDetector {
+    fn filter(&self, _ctx: &RequestCtx<'_>, candidates: &mut Candidates<'_>) {
+        let limit = (self.params.max_concurrency as f64 * (1.0 + self.params.headroom)) as u64;
+        candidates.retain(|e| (e.load.in_flight() as u64) < limit);
+    }
+}
+
+/// Registry entry of `utilization-detector`.
+pub const UTILIZATION: PluginType = PluginType {
+    name: "utilization-detector",
+    stage: Stage::Consumer,
+    build: build_utilization,
+};
+
+/// Registry entry of `concurrency-detector`.
+pub const CONCURRENCY: PluginType = PluginType {
+    name: "concurrency-detector",
+    stage: Stage::Consumer,
+    build: build_concurrency,
+};
+
+fn build_utilization(params: Option<&Value>, _: &mut BuildCtx<'_>) -> Result<Built, PluginError> {
+    let p: UtilizationParams = decode(params)?;
+    if p.queue_depth_threshold == 0 {
+        return Err(PluginError::invalid("queueDepthThreshold", "must be > 0"));
+    }
+    if !(p.kv_cache_util_threshold > 0.0 && p.kv_cache_util_threshold <= 1.0) {
+        return Err(PluginError::invalid(
+            "kvCacheUtilThreshold",
+            "must be in (0, 1]",
+        ));
+    }
+    if p.metrics_staleness_threshold.is_zero() {
+        return Err(PluginError::invalid(
+            "metricsStalenessThreshold",
+            "must be > 0",
+        ));
+    }
+    if p.headroom.is_nan() || p.headroom < 0.0 {
+        return Err(PluginError::invalid("headroom", "must be ≥ 0"));
+    }
+    let d = Arc::new(UtilizationDetector { params: p.clone() });
+    Ok(Built {
+        filter: Some(d.clone()),
+        saturation: Some(d),
+        params: effective(&p),
+        ..Built::default()
+    })
+}
+
+fn build_concurrency(params: Option<&Value>, _: &mut BuildCtx<'_>) -> Result<Built, PluginError> {
+    let p: ConcurrencyParams = decode(params)?;
+    match p.concurrency_mode.as_str() {
+        "requests" => {}
+        "tokens" | "hybrid" => {
+            return Err(PluginError::invalid(
+                "concurrencyMode",
+                format!(
+                    "`{}` is not supported: pdgate counts in-flight requests, not tokens \
+                     (use `requests`)",
+                    p.concurrency_mode
+                ),
+            ))
+        }
+        other => {
+            return Err(PluginError::invalid(
+                "concurrencyMode",
+                format!("`{other}` is not one of requests, tokens, hybrid"),
+            ))
+        }
+    }
+    if p.max_concurrency == 0 {
+        return Err(PluginError::invalid("maxConcurrency", "must be > 0"));
+    }
+    if p.headroom.is_nan() || p.headroom < 0.0 {
+        return Err(PluginError::invalid("headroom", "must be ≥ 0"));
+    }
+    let d = Arc::new(ConcurrencyDetector { params: p.clone() });
+    Ok(Built {
+        filter: Some(d.clone()),
+        saturation: Some(d),
+        params: effective(&p),
+        ..Built::default()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::endpoint::{Endpoint, EndpointLoad, InFlightGuard};
+
+    fn ep(name: &str, role: Option<Role>) -> Arc<EndpointState> {
+        let mut e = Endpoint::new(name, "127.0.0.1:1", Default::default());
+        e.role = role;
+        Arc::new(EndpointState {
+            endpoint: e,
+            load: Arc::new(EndpointLoad::default()),
+        })
+    }
+
+    #[test]
+    fn utilization_is_the_mean_of_max_ratios_and_stale_counts_full() {
+        let d = UtilizationDetector::default();
+        let (a, b, c) = (ep("a", None), ep("b", None), ep("c", None));
+        a.load.set_scraped(Some(0.0), Some(2.5), Some(0.2)); // max(2.5/5, 0.2/0.8) = 0.5
+        b.load.set_scraped(Some(0.0), Some(0.0), Some(0.6)); // 0.6/0.8 = 0.75
+        let now = monotonic_ms();
+        // c never scraped: 1.0.
+        let s = d.saturation(&[&a, &b, &c], 0, now);
+        assert!((s - (0.5 + 0.75 + 1.0) / 3.0).abs() < 1e-9, "{s}");
+        assert_eq!(d.stale(&[&a, &b, &c], now), 1);
+        // 300 ms later every gauge is stale (threshold 200 ms).
+        assert_eq!(d.saturation(&[&a, &b], 0, now + 300), 1.0);
+        // Bookings beyond the scraped running count as waiting; pending spreads evenly.
+        let _g: Vec<InFlightGuard> = (0..5).map(|_| InFlightGuard::book(&b.load)).collect();
+        assert!((d.saturation(&[&b], 0, now) - 1.0).abs() < 1e-9); // 5 waiting / 5
+        assert!((d.saturation(&[&a], 5, now) - 1.5).abs() < 1e-9); // (2.5 + 5) / 5
+        assert_eq!(d.saturation(&[], 0, now), 1.0);
+    }
+
+    #[test]
+    fn concurrency_is_bookings_over_capacity() {
+        let d = ConcurrencyDetector {
+            params: ConcurrencyParams {
+                concurrency_mode: "requests".into(),
+                max_concurrency: 4,
+                max_token_concurrency: 1,
+                headroom: 0.0,
+            },
+        };
+        let (a, b) = (ep("a", None), ep("b", None));
+        let _g: Vec<InFlightGuard> = (0..3).map(|_| InFlightGuard::book(&a.load)).collect();
+        assert!((d.saturation(&[&a, &b], 0, 0) - 3.0 / 8.0).abs() < 1e-9);
+        assert!((d.saturation(&[&a, &b], 5, 0) - 1.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn stages_split_by_role_and_take_the_larger() {
+        let d = ConcurrencyDetector {
+            params: ConcurrencyParams {
+                concurrency_mode: "requests".into(),
+                max_concurrency: 2,
+                max_token_concurrency: 1,
+                headroom: 0.0,
+            },
+        };
+        let p = ep("p", Some(Role::Prefill));
+        let dd = ep("d", Some(Role::Decode));
+        let enc = ep("e", Some(Role::Encode));
+        let _g: Vec<InFlightGuard> = (0..2).map(|_| InFlightGuard::book(&p.load)).collect();
+        let _e: Vec<InFlightGuard> = (0..9).map(|_| InFlightGuard::book(&enc.load)).collect();
+        let s = pool_saturation(&d, &[p, dd, enc], 0, 0);
+        assert_eq!(s.prefill, Some(1.0));
+        assert_eq!(s.decode, Some(0.0));
+        assert_eq!(s.effective, 1.0);
+        assert_eq!(pool_saturation(&d, &[], 0, 0).effective, 1.0);
+    }
+}

@@ -1,0 +1,149 @@
+//! Flow-control policy plugins (declared in `plugins:` and named by a band's
+//! `fairnessPolicyRef` / `orderingPolicyRef` or by `usageLimitPolicyPluginRef`). Source:
+//! llm-d-router `framework/plugins/flowcontrol/{fairness,ordering,usagelimits}`.
+//!
+//! - `global-strict-fairness-policy` (default): the band is one queue — the best head of all
+//!   its flows by the band's ordering goes first.
+//! - `round-robin-fairness-policy`: flows take turns (sorted by fairness id, starting after
+//!   the last one served).
+//! - `fcfs-ordering-policy` (default): earliest enqueue first.
+//! - `edf-ordering-policy`: earliest deadline (enqueue + TTL) first; no TTL → last.
+//! - `slo-deadline-ordering-policy`: earliest `received + x-llm-d-slo-ttft-ms` (alias
+//!   `x-slo-ttft-ms`) first; a missing or bad header → last.
+//! - `static-usage-limit-policy` {threshold 1.0}: dispatch stops while saturation ≥ threshold.
+
+use crate::registry::{
+    decode, effective, BuildCtx, Built, NoParams, PluginError, PluginType, Stage,
+};
+use serde::{Deserialize, Serialize};
+use serde_yaml_ng::Value;
+
+/// How a band picks the flow to serve next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Fairness {
+    /// `global-strict-fairness-policy`.
+    #[default]
+    GlobalStrict,
+    /// `round-robin-fairness-policy`.
+    RoundRobin,
+}
+
+/// How a flow orders its items.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Ordering {
+    /// `fcfs-ordering-policy`.
+    #[default]
+    Fcfs,
+    /// `edf-ordering-policy`.
+    Edf,
+    /// `slo-deadline-ordering-policy`.
+    SloDeadline,
+}
+
+/// What a flow-control policy plugin is.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum FlowPolicy {
+    /// A fairness policy.
+    Fairness(Fairness),
+    /// An ordering policy.
+    Ordering(Ordering),
+    /// A usage-limit policy: dispatch stops at this saturation.
+    UsageLimit {
+        /// The ceiling (default 1.0).
+        threshold: f64,
+    },
+}
+
+macro_rules! policy {
+    ($konst:ident, $name:literal, $fn:ident, $policy:expr) => {
+        #[doc = concat!("Registry entry of `", $name, "`.")]
+        pub const $konst: PluginType = PluginType {
+            name: $name,
+            stage: Stage::Consumer,
+            build: $fn,
+        };
+        fn $fn(params: Option<&Value>, _: &mut BuildCtx<'_>) -> Result<Built, PluginError> {
+            decode::<NoParams>(params)?;
+            Ok(Built {
+                flow_policy: Some($policy),
+                ..Built::default()
+            })
+        }
+    };
+}
+
+policy!(
+    GLOBAL_STRICT,
+    "global-strict-fairness-policy",
+    build_global_strict,
+    FlowPolicy::Fairness(Fairness::GlobalStrict)
+);
+policy!(
+    ROUND_ROBIN,
+    "round-robin-fairness-policy",
+    build_round_robin,
+    FlowPolicy::Fairness(Fairness::RoundRobin)
+);
+policy!(
+    FCFS,
+    "fcfs-ordering-policy",
+    build_fcfs,
+    FlowPolicy::Ordering(Ordering::Fcfs)
+);
+policy!(
+    EDF,
+    "edf-ordering-policy",
+    build_edf,
+    FlowPolicy::Ordering(Ordering::Edf)
+);
+policy!(
+    SLO_DEADLINE,
+    "slo-deadline-ordering-policy",
+    build_slo,
+    FlowPolicy::Ordering(Ordering::SloDeadline)
+);
+
+/// `static-usage-limit-policy` parameters.
+#[derive(Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+struct UsageLimitParams {
+    #[serde(default = "one")]
+    threshold: f64,
+}
+
+fn one() -> f64 {
+    1.0
+}
+
+/// Registry entry of `static-usage-limit-policy`.
+pub const STATIC_USAGE_LIMIT: PluginType = PluginType {
+    name: "static-usage-limit-policy",
+    stage: Stage::Consumer,
+    build: build_usage_limit,
+};
+
+fn build_usage_limit(params: Option<&Value>, _: &mut BuildCtx<'_>) -> Result<Built, PluginError> {
+    let p: UsageLimitParams = decode(params)?;
+    if !(p.threshold > 0.0 && p.threshold.is_finite()) {
+        return Err(PluginError::invalid("threshold", "must be > 0"));
+    }
+    Ok(Built {
+        flow_policy: Some(FlowPolicy::UsageLimit {
+            threshold: p.threshold,
+        }),
+        params: effective(&p),
+        ..Built::default()
+    })
+}
+
+/// Every flow-control plugin type (policies and detectors), for the registry.
+pub static TYPES: &[PluginType] = &[
+    GLOBAL_STRICT,
+    ROUND_ROBIN,
+    FCFS,
+    EDF,
+    SLO_DEADLINE,
+    STATIC_USAGE_LIMIT,
+    super::detector::UTILIZATION,
+    super::detector::CONCURRENCY,
+];
