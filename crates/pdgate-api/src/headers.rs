@@ -12,6 +12,18 @@ pub const EPP_PROFILE: &str = "x-llm-d-epp-profile";
 pub const EPP_PROFILE_LEGACY: &str = "epp-profile";
 /// Reason attached to a 429 when the filters left no endpoint (llm-d EPP).
 pub const REQUEST_DROPPED_REASON: &str = "x-llm-d-request-dropped-reason";
+/// The request's InferenceObjective, whose priority sets its flow-control band (llm-d).
+pub const INFERENCE_OBJECTIVE: &str = "x-llm-d-inference-objective";
+/// The older (Gateway API Inference Extension) name of [`INFERENCE_OBJECTIVE`].
+pub const INFERENCE_OBJECTIVE_LEGACY: &str = "x-gateway-inference-objective";
+/// The request's flow (tenant) within its band, for fairness (llm-d).
+pub const FAIRNESS_ID: &str = "x-llm-d-inference-fairness-id";
+/// The older name of [`FAIRNESS_ID`].
+pub const FAIRNESS_ID_LEGACY: &str = "x-gateway-inference-fairness-id";
+/// Time-to-first-token objective, ms (slo-deadline ordering).
+pub const SLO_TTFT_MS: &str = "x-llm-d-slo-ttft-ms";
+/// The older name of [`SLO_TTFT_MS`].
+pub const SLO_TTFT_MS_LEGACY: &str = "x-slo-ttft-ms";
 /// RFC 7240 preference header; `if-available` asks for conditional decode.
 pub const PREFER: &str = "prefer";
 

@@ -48,6 +48,8 @@ pub struct ServeOptions {
     /// Who may send coordinator-to-router headers (default: nobody); a coordinator also
     /// presents its token on legs to routers.
     pub trust: crate::trust::TrustedCallers,
+    /// InferenceObjective priorities (`--inference-objective`), for flow control.
+    pub objectives: crate::flow_control::Objectives,
 }
 
 /// The per-role routers a coordinator dispatches phases to over HTTP, each selecting its
@@ -109,6 +111,7 @@ impl ServeOptions {
             forward_rules: ForwardRules::default(),
             client_limits: Default::default(),
             trust: Default::default(),
+            objectives: Default::default(),
         }
     }
 }
@@ -147,6 +150,10 @@ pub struct AppState {
     pub body_budget: Arc<crate::body_budget::BodyBudget>,
     /// Who may send coordinator-to-router headers ([`crate::trust`]).
     pub trust: crate::trust::TrustedCallers,
+    /// InferenceObjective priorities.
+    pub objectives: crate::flow_control::Objectives,
+    /// Admission before scheduling ([`crate::flow_control`]), shared by every server thread.
+    pub flow: Arc<crate::flow_control::FlowController>,
 }
 
 /// A running server; stops its tasks when dropped.
@@ -331,6 +338,19 @@ pub async fn start_state(
         settings,
         crate::bounds::forget_on_restart(opts.scheduler.clone()),
     ));
+    let flow = crate::flow_control::FlowController::new(
+        opts.scheduler.flow().clone(),
+        &opts.objectives,
+        registry.clone(),
+        metrics.registry(),
+    );
+    opts.scheduler
+        .flow()
+        .detector
+        .set_scrape_interval(opts.scrape_interval);
+    if flow.gated() {
+        tasks.push(tokio::spawn(flow.clone().run()));
+    }
     let state = Arc::new(AppState {
         scheduler: opts.scheduler,
         registry,
@@ -350,6 +370,8 @@ pub async fn start_state(
             opts.client_limits.max_inflight_body_bytes,
         ),
         trust: opts.trust,
+        objectives: opts.objectives,
+        flow,
     });
     Ok((state, tasks))
 }
@@ -400,6 +422,8 @@ impl AppState {
             connections: self.connections.clone(),
             body_budget: self.body_budget.clone(),
             trust: self.trust.clone(),
+            objectives: self.objectives.clone(),
+            flow: self.flow.clone(),
         }
     }
 }

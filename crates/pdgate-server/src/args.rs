@@ -59,6 +59,12 @@ pub struct ServeArgs {
     /// (`--prefill-router`) given the same file sends it on every leg to its routers.
     #[arg(long)]
     pub coordinator_token_file: Option<PathBuf>,
+    /// An InferenceObjective and its priority, `NAME=PRIORITY` (repeatable): a request whose
+    /// `x-llm-d-inference-objective` (or `x-gateway-inference-objective`) names it gets that
+    /// priority for flow control (its band; priority < 0 is sheddable). Unknown or absent
+    /// objectives have priority 0. (In llm-d these are `InferenceObjective` resources.)
+    #[arg(long = "inference-objective", value_name = "NAME=PRIORITY")]
+    pub inference_objectives: Vec<String>,
     /// Client header/body timeouts, connection and in-flight body limits.
     #[command(flatten)]
     pub client_limits: crate::client_limits::ClientLimitsArgs,
@@ -152,6 +158,8 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         None => crate::trust::TrustedCallers::new(networks, None),
     }
     .map_err(|e| anyhow::anyhow!("--coordinator-token-file: {e}"))?;
+    opts.objectives = crate::flow_control::Objectives::parse(&args.inference_objectives)
+        .map_err(anyhow::Error::msg)?;
     let nofile = crate::client_limits::raise_nofile_limit();
     opts.client_limits = args.client_limits.limits();
     tracing::info!(

@@ -69,6 +69,18 @@ pub enum ApiError {
     /// A phase leg failed without an upstream response.
     #[error(transparent)]
     Pipeline(#[from] PipelineError),
+    /// Admission refused the request (flow control or legacy sheddable admission): 429
+    /// when capacity exists but is contended, 503 when there is none, with llm-d's
+    /// `x-llm-d-request-dropped-reason`.
+    #[error("{message} ({reason})")]
+    Dropped {
+        /// The flow-control outcome.
+        outcome: pdgate_scheduler::flow::Outcome,
+        /// What happened, for the error body.
+        message: &'static str,
+        /// The dropped-reason header value.
+        reason: &'static str,
+    },
     /// An upstream answered 5xx (502); names the endpoint and phase.
     #[error("{phase} endpoint {endpoint} answered {status}: {detail}")]
     UpstreamServerError {
@@ -84,6 +96,31 @@ pub enum ApiError {
 }
 
 impl ApiError {
+    /// The error a flow-control outcome gives the client (see
+    /// [`pdgate_scheduler::flow::Outcome::client_answer`]); `legacy` marks a sheddable request
+    /// refused without the gate.
+    pub fn dropped(outcome: pdgate_scheduler::flow::Outcome, legacy: bool) -> ApiError {
+        use pdgate_scheduler::flow::Outcome as O;
+        let message = match outcome {
+            _ if legacy => "system saturated, sheddable request dropped",
+            O::RejectedCapacity => "flow control: queue at capacity",
+            O::EvictedTtl => "flow control: request timed out in queue",
+            O::RejectedNoEndpoints | O::EvictedNoEndpoints => {
+                "flow control: no endpoints available"
+            }
+            O::RejectedOther | O::EvictedOther => "flow control: shutting down",
+            O::Dispatched | O::EvictedContextCancelled => "flow control: client disconnected",
+        };
+        let reason = outcome
+            .client_answer()
+            .map_or("rejected-context-cancelled", |(_, r)| r);
+        ApiError::Dropped {
+            outcome,
+            message,
+            reason,
+        }
+    }
+
     /// The HTTP status for this error.
     pub fn status(&self) -> StatusCode {
         match self {
@@ -107,6 +144,10 @@ impl ApiError {
                 }
             },
             ApiError::BadHint(_) => StatusCode::BAD_REQUEST,
+            ApiError::Dropped { outcome, .. } => outcome
+                .client_answer()
+                .and_then(|(s, _)| StatusCode::from_u16(s).ok())
+                .unwrap_or(StatusCode::SERVICE_UNAVAILABLE),
             // What a failed leg gets is the failure rule's (504 for timeouts, 503 for an open
             // circuit, the scheduler's status for no endpoint, else 502).
             ApiError::Pipeline(PipelineError::Dispatch { source, .. }) => {
@@ -158,6 +199,12 @@ impl IntoResponse for ApiError {
             resp.headers_mut().insert(
                 crate::forward::FALLBACK_REASON,
                 crate::forward::reason_header(reason),
+            );
+        }
+        if let ApiError::Dropped { reason, .. } = &self {
+            resp.headers_mut().insert(
+                headers::REQUEST_DROPPED_REASON,
+                HeaderValue::from_static(reason),
             );
         }
         if let ApiError::Rejected(r) = &self {

@@ -39,6 +39,35 @@ pub fn remove_where(headers: &mut HeaderMap, drop: impl Fn(&str) -> bool) {
     }
 }
 
+/// The first of `names` (in order) that `h` carries with a non-empty value, trimmed; a
+/// header `present` says is absent is skipped unread (`None`: read every name).
+///
+/// Errors: a value that is not visible ASCII → 400 naming that header.
+pub fn first_value<'h>(
+    h: &'h HeaderMap,
+    names: &[&'static str],
+    present: Option<&HeaderNames<'_>>,
+) -> Result<Option<&'h str>, crate::errors::ApiError> {
+    for name in names {
+        if present.is_some_and(|p| !p.has(name)) {
+            continue;
+        }
+        if let Some(v) = h.get(*name) {
+            let v = v
+                .to_str()
+                .map_err(|_| crate::errors::ApiError::InvalidHeader {
+                    header: name,
+                    reason: "not a visible ASCII string".into(),
+                })?;
+            let v = v.trim();
+            if !v.is_empty() {
+                return Ok(Some(v));
+            }
+        }
+    }
+    Ok(None)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -30,6 +30,8 @@ pub static CLIENT_FIELDS: Site = AtomicU64::new(0);
 pub static ACCEPT_ERRORS: Site = AtomicU64::new(0);
 /// Client connections refused over the limit.
 pub static CONNECTIONS_REFUSED: Site = AtomicU64::new(0);
+/// Requests flow control dropped (capacity, TTL, no endpoints, shutdown).
+pub static FLOW_CONTROL: Site = AtomicU64::new(0);
 /// Request bodies refused by the in-flight budget, or not sent in time.
 pub static BODIES_REFUSED: Site = AtomicU64::new(0);
 

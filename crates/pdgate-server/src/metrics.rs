@@ -378,6 +378,11 @@ impl Metrics {
         }
     }
 
+    /// The registry, for metrics kept beside their subsystem (flow control).
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
     /// Text exposition of every metric.
     pub fn render(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(4096);

@@ -123,19 +123,11 @@ fn profile_header<'h>(
     h: &'h HeaderMap,
     present: &HeaderNames<'_>,
 ) -> Result<Option<&'h str>, ApiError> {
-    for name in [headers::EPP_PROFILE, headers::EPP_PROFILE_LEGACY] {
-        if let Some(v) = h.get(name).filter(|_| present.has(name)) {
-            let v = v.to_str().map_err(|_| ApiError::InvalidHeader {
-                header: headers::EPP_PROFILE,
-                reason: "not a visible ASCII string".into(),
-            })?;
-            let v = v.trim();
-            if !v.is_empty() {
-                return Ok(Some(v));
-            }
-        }
-    }
-    Ok(None)
+    crate::header_scan::first_value(
+        h,
+        &[headers::EPP_PROFILE, headers::EPP_PROFILE_LEGACY],
+        Some(present),
+    )
 }
 
 /// The in-process encode target when this router can run an encode step: its config has
@@ -234,6 +226,33 @@ fn drop_router_owned(state: &AppState, req: &mut InferenceRequest) {
     }
 }
 
+/// Admission before scheduling ([`crate::flow_control`]): with the `flowControl` gate the
+/// request waits for its turn; without it only a sheddable request (priority < 0) can be
+/// refused, while the pool is saturated.
+///
+/// Errors: the flow-control outcome as [`ApiError::Dropped`] (429/503 with
+/// `x-llm-d-request-dropped-reason`); a bad objective or fairness-id header → 400.
+async fn admit(
+    state: &AppState,
+    h: &HeaderMap,
+    bytes: u64,
+) -> Result<Option<crate::flow_control::Admission>, ApiError> {
+    let key = crate::flow_control::flow_key(h, &state.objectives, bytes)?;
+    if state.flow.gated() {
+        return state
+            .flow
+            .admit(key)
+            .await
+            .map(Some)
+            .map_err(|o| ApiError::dropped(o, false));
+    }
+    state
+        .flow
+        .legacy_check(&key)
+        .map_err(|o| ApiError::dropped(o, true))?;
+    Ok(None)
+}
+
 /// Request headers as the scheduler's plugins read them.
 pub(crate) struct Headers<'a>(pub(crate) &'a HeaderMap);
 
@@ -254,6 +273,7 @@ async fn run(
     let mut own_view: HeaderMap;
     // The lease holds the body's bytes in the budget until the answer is produced.
     let (raw, _lease) = client_body::read(state, body, &client_headers).await?;
+    let body_bytes = raw.len() as u64;
     let mut req = client_body::parse(api, raw).await?;
     let present = HeaderNames::of(&client_headers);
     // Coordinator-to-router headers count only from a trusted caller (crate::trust); from
@@ -364,6 +384,9 @@ async fn run(
     let session = session_id
         .as_deref()
         .and_then(|id| state.sessions.lookup(id, tokio::time::Instant::now()));
+    // Admission (flow control, or legacy sheddable admission) before the pick; the guard
+    // counts the request as pending load until it has booked its endpoint.
+    let admission = admit(state, &client_headers, body_bytes).await?;
     let snapshot = state.registry.snapshot();
     let now = tokio::time::Instant::now();
     let avoid_open = |e: &pdgate_scheduler::Endpoint| state.breakers.is_open(&e.name, now);
@@ -398,6 +421,7 @@ async fn run(
             },
             _ => ApiError::Rejected(e),
         })?;
+    drop(admission);
     state
         .metrics
         .scheduling

@@ -282,7 +282,7 @@ pub fn resolve(
                             e.message,
                         )
                     })?;
-                    detector = Some(Arc::new(UtilizationDetector { params }));
+                    detector = Some(Arc::new(UtilizationDetector::new(params)));
                 }
             }
         }

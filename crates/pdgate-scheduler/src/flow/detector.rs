@@ -40,6 +40,8 @@ pub trait SaturationDetector: Send + Sync {
     }
     /// The plugin type, for metrics and logs.
     fn type_name(&self) -> &'static str;
+    /// Told the engines' scrape interval at start (gauges are never fresher than that).
+    fn set_scrape_interval(&self, _interval: Duration) {}
 }
 
 /// Saturation per stage and the value the gate uses (`flow_control_pool_saturation{stage}`).
@@ -148,15 +150,30 @@ impl Default for UtilizationParams {
 }
 
 /// The `utilization-detector` (see the module docs).
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Default)]
 pub struct UtilizationDetector {
     /// Its parameters.
     pub params: UtilizationParams,
+    /// Two scrape intervals, ms: gauges younger than that are never stale, whatever
+    /// `metricsStalenessThreshold` says (llm-d scrapes every 50 ms, pdgate every 200 ms by
+    /// default, so llm-d's 200 ms threshold would flap).
+    min_staleness_ms: std::sync::atomic::AtomicU64,
 }
 
 impl UtilizationDetector {
+    /// A detector with `params`.
+    pub fn new(params: UtilizationParams) -> Self {
+        UtilizationDetector {
+            params,
+            min_staleness_ms: Default::default(),
+        }
+    }
+
     fn fresh(&self, e: &EndpointState, now_ms: u64) -> bool {
-        let max_age = self.params.metrics_staleness_threshold.as_millis() as u64;
+        let max_age = (self.params.metrics_staleness_threshold.as_millis() as u64).max(
+            self.min_staleness_ms
+                .load(std::sync::atomic::Ordering::Relaxed),
+        );
         e.load
             .scraped_at_ms()
             .is_some_and(|t| now_ms.saturating_sub(t) <= max_age)
@@ -193,6 +210,13 @@ impl SaturationDetector for UtilizationDetector {
 
     fn type_name(&self) -> &'static str {
         UTILIZATION.name
+    }
+
+    fn set_scrape_interval(&self, interval: Duration) {
+        self.min_staleness_ms.store(
+            2 * interval.as_millis() as u64,
+            std::sync::atomic::Ordering::Relaxed,
+        );
     }
 }
 
@@ -309,7 +333,7 @@ fn build_utilization(params: Option<&Value>, _: &mut BuildCtx<'_>) -> Result<Bui
     if p.headroom.is_nan() || p.headroom < 0.0 {
         return Err(PluginError::invalid("headroom", "must be ≥ 0"));
     }
-    let d = Arc::new(UtilizationDetector { params: p.clone() });
+    let d = Arc::new(UtilizationDetector::new(p.clone()));
     Ok(Built {
         filter: Some(d.clone()),
         saturation: Some(d),

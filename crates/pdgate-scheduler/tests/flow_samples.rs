@@ -1,0 +1,186 @@
+//! llm-d's flow-control sample configs load with llm-d's meaning: the loader test inputs of
+//! llm-d-router (`pkg/epp/config/loader/testdata_test.go`) and the samples of the Gateway API
+//! Inference Extension guides (`site-src/guides/flow-control.md`, `epp-configuration/
+//! config-text.md`); and the effective config keeps the sections (loading it again gives the
+//! same settings).
+
+use pdgate_scheduler::flow::plugins::{Fairness, Ordering};
+use pdgate_scheduler::Scheduler;
+use std::time::Duration;
+
+const HEAD: &str = "apiVersion: llm-d.ai/v1alpha1
+kind: EndpointPickerConfig
+plugins:
+- name: maxScore
+  type: max-score-picker
+schedulingProfiles:
+- name: default
+  plugins:
+  - pluginRef: maxScore
+";
+
+fn load(yaml: &str) -> Scheduler {
+    let s = Scheduler::from_yaml(yaml, "sample").unwrap_or_else(|e| panic!("{e}\n{yaml}"));
+    // The effective config carries the sections: loading it again gives the same settings.
+    let again = Scheduler::from_yaml(&s.effective_config_yaml(), "effective").unwrap();
+    assert_eq!(again.flow().gate, s.flow().gate);
+    assert_eq!(again.flow().control, s.flow().control);
+    s
+}
+
+#[test]
+fn loader_success_flow_control_config() {
+    let s = load(&format!(
+        "{HEAD}featureGates:\n- flowControl\nflowControl:\n  maxBytes: \"1024\"\n  \
+         defaultRequestTTL: 1m\n  noEndpointRequestTTL: 5m\n"
+    ));
+    let f = s.flow();
+    assert!(f.gate);
+    assert_eq!(f.control.max_bytes, 1024);
+    assert_eq!(f.control.default_ttl, Duration::from_secs(60));
+    assert_eq!(f.control.no_endpoint_ttl, Duration::from_secs(300));
+    assert_eq!(f.detector.type_name(), "utilization-detector");
+}
+
+#[test]
+fn loader_inherited_ttl_and_disabled_gate() {
+    let s = load(&format!(
+        "{HEAD}featureGates:\n- flowControl\nflowControl:\n  defaultRequestTTL: 0s\n"
+    ));
+    assert_eq!(s.flow().control.default_ttl, Duration::ZERO);
+    assert_eq!(s.flow().control.no_endpoint_ttl, Duration::ZERO);
+    let s = load(&format!(
+        "{HEAD}featureGates: [\"flowControl=false\"]\nflowControl:\n  maxBytes: \"1024\"\n"
+    ));
+    assert!(!s.flow().gate);
+    assert_eq!(s.flow().warnings.len(), 1, "{:?}", s.flow().warnings);
+}
+
+#[test]
+fn loader_complex_flow_control_config() {
+    let yaml = "apiVersion: llm-d.ai/v1alpha1
+kind: EndpointPickerConfig
+plugins:
+- name: maxScore
+  type: max-score-picker
+- name: customFCFS
+  type: fcfs-ordering-policy
+- name: customFairness
+  type: round-robin-fairness-policy
+schedulingProfiles:
+- name: default
+  plugins:
+  - pluginRef: maxScore
+featureGates:
+- flowControl
+flowControl:
+  priorityBands:
+  - priority: 100
+    orderingPolicyRef: customFCFS
+    fairnessPolicyRef: customFairness
+";
+    let s = load(yaml);
+    let band = s.flow().control.band(100);
+    assert_eq!(
+        (
+            band.fairness,
+            band.ordering,
+            band.max_requests,
+            band.max_bytes
+        ),
+        (Fairness::RoundRobin, Ordering::Fcfs, 5000, 1_000_000_000)
+    );
+    assert_eq!(
+        s.flow()
+            .control
+            .bands
+            .iter()
+            .map(|b| b.priority)
+            .collect::<Vec<_>>(),
+        vec![100, 0]
+    );
+}
+
+#[test]
+fn gaie_flow_control_guide_samples() {
+    for detector in [
+        "- type: utilization-detector\n  parameters:\n    queueDepthThreshold: 2\n    kvCacheUtilThreshold: 0.85\n",
+        "- type: concurrency-detector\n  parameters:\n    concurrencyMode: \"requests\"\n    maxConcurrency: 110\n",
+    ] {
+        let name = if detector.contains("utilization") {
+            "utilization-detector"
+        } else {
+            "concurrency-detector"
+        };
+        let yaml = format!(
+            "apiVersion: inference.networking.x-k8s.io/v1alpha1
+kind: EndpointPickerConfig
+featureGates:
+- flowControl
+plugins:
+{detector}- type: queue-scorer
+- type: max-score-picker
+saturationDetector:
+  pluginRef: {name}
+flowControl:
+  maxBytes: 1000000000
+  defaultRequestTTL: 30s
+  priorityBands:
+  - priority: 100
+    maxBytes: 500000000
+    fairnessPolicyRef: \"global-strict-fairness-policy\"
+    orderingPolicyRef: \"fcfs-ordering-policy\"
+schedulingProfiles:
+- name: default
+  plugins:
+  - pluginRef: queue-scorer
+  - pluginRef: max-score-picker
+"
+        );
+        let s = load(&yaml);
+        assert_eq!(s.flow().detector.type_name(), name);
+        assert_eq!(s.flow().control.band(100).max_bytes, 500_000_000);
+        assert_eq!(s.flow().control.default_ttl, Duration::from_secs(30));
+    }
+}
+
+#[test]
+fn unsupported_flow_plugins_are_named() {
+    // llm-d's probabilistic-admitter sample: everything loads but the admitter (issue 13).
+    let yaml = "apiVersion: inference.networking.x-k8s.io/v1alpha1
+kind: EndpointPickerConfig
+plugins:
+- type: probabilistic-admitter
+- type: random-picker
+- type: utilization-detector
+  parameters:
+    queueDepthThreshold: 999999999
+    kvCacheUtilThreshold: 1.0
+flowControl:
+  saturationDetector:
+    pluginRef: utilization-detector
+schedulingProfiles:
+- name: default
+  plugins:
+  - pluginRef: random-picker
+";
+    let e = pdgate_scheduler::config::check(yaml, "sample").unwrap_err();
+    assert_eq!(e.0.len(), 1, "{e}");
+    assert!(e.0[0].message.contains("probabilistic-admitter"), "{e}");
+    let e = Scheduler::from_yaml(
+        &format!("{HEAD}featureGates: [flowControl]\nflowControl:\n  enableEviction: true\n"),
+        "sample",
+    )
+    .err()
+    .unwrap();
+    assert!(e.to_string().contains("enableEviction"), "{e}");
+    assert_eq!(e.line, Some(12), "{e}");
+    let e = Scheduler::from_yaml(
+        &format!("{HEAD}featureGates: [flowControl]\nflowControl:\n  defaultRequestTTL: 5d\n"),
+        "sample",
+    )
+    .err()
+    .unwrap();
+    assert!(e.to_string().contains("unknown unit `d`"), "{e}");
+    assert_eq!(e.line, Some(12), "{e}");
+}

@@ -1,0 +1,364 @@
+//! Admission before scheduling: llm-d's flow control (`featureGates: [flowControl]`) over
+//! the pure queues of [`pdgate_scheduler::flow`], or, without the gate, llm-d's legacy
+//! admission (sheddable requests refused while the pool is saturated).
+//!
+//! With the gate, [`FlowController::admit`] lets a request through at once when nothing is
+//! queued and the pool's saturation is below the usage limit; otherwise it waits in its band
+//! until the dispatcher (one task, a cycle on every arrival and every 1 ms while anything is
+//! queued, as llm-d's processor) lets it go, its TTL runs out, or the client leaves. A
+//! dispatched request counts as *pending* load until it has booked an endpoint (the
+//! [`Admission`] guard), so a burst of dispatches sees itself. Outcomes map to statuses in
+//! [`pdgate_scheduler::flow::Outcome::client_answer`].
+
+use crate::discovery::EndpointRegistry;
+pub use crate::flow_key::{flow_key, FlowKey, Objectives};
+use crate::flow_metrics::FlowMetrics;
+use parking_lot::Mutex;
+use pdgate_scheduler::flow::{detector, FlowSettings, Item, Outcome, Queues};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::{oneshot, Notify};
+use tokio::time::Instant;
+
+/// Dispatch cycle period while requests are queued (llm-d: 1 ms).
+pub const CYCLE: Duration = Duration::from_millis(1);
+/// TTL sweep period (llm-d: 1 s; finer here, the sweep is cheap).
+pub const SWEEP_MS: u64 = 50;
+
+struct Waiter {
+    tx: oneshot::Sender<Outcome>,
+    enqueued: Instant,
+    priority: i32,
+}
+
+struct Inner {
+    queues: Queues,
+    waiters: HashMap<u64, Waiter>,
+    next_id: u64,
+    pool_empty: bool,
+    /// When `pool_empty` last changed, ms since start.
+    regime_since_ms: u64,
+    last_sweep_ms: u64,
+    shutting_down: bool,
+}
+
+/// The flow controller (see the module docs). Shared by every server thread.
+pub struct FlowController {
+    settings: FlowSettings,
+    registry: Arc<EndpointRegistry>,
+    metrics: FlowMetrics,
+    inner: Mutex<Inner>,
+    /// Dispatched requests that have not booked an endpoint yet.
+    pending: AtomicU32,
+    wake: Notify,
+    start: Instant,
+}
+
+/// Held from admission until the request has booked its endpoint (drop it after
+/// scheduling): until then the request counts as pending load.
+pub struct Admission {
+    ctl: Option<Arc<FlowController>>,
+}
+
+impl Drop for Admission {
+    fn drop(&mut self) {
+        if let Some(c) = self.ctl.take() {
+            c.pending.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+}
+
+/// Removes a queued request whose client went away (the waiting future was dropped).
+struct Queued {
+    ctl: Arc<FlowController>,
+    id: u64,
+    rx: Option<oneshot::Receiver<Outcome>>,
+}
+
+impl Drop for Queued {
+    fn drop(&mut self) {
+        let Some(mut rx) = self.rx.take() else { return };
+        let mut inner = self.ctl.inner.lock();
+        if let Some(item) = inner.queues.remove(self.id) {
+            let w = inner.waiters.remove(&self.id);
+            self.ctl.finished(
+                &item,
+                w.map(|w| w.enqueued),
+                Outcome::EvictedContextCancelled,
+            );
+            self.ctl.gauges(&inner.queues);
+        } else if let Ok(Outcome::Dispatched) = rx.try_recv() {
+            // Dispatched just as the client left: nobody will book, so no pending load.
+            self.ctl.pending.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+}
+
+impl FlowController {
+    /// A controller for `settings`, bands for every priority in `objectives`.
+    pub fn new(
+        settings: FlowSettings,
+        objectives: &Objectives,
+        registry: Arc<EndpointRegistry>,
+        registry_metrics: &prometheus::Registry,
+    ) -> Arc<FlowController> {
+        for w in &settings.warnings {
+            tracing::warn!("{w}");
+        }
+        let queues = Queues::new(&settings.control, objectives.0.values().copied());
+        Arc::new(FlowController {
+            metrics: FlowMetrics::new(registry_metrics),
+            inner: Mutex::new(Inner {
+                queues,
+                waiters: HashMap::new(),
+                next_id: 1,
+                pool_empty: false,
+                regime_since_ms: 0,
+                last_sweep_ms: 0,
+                shutting_down: false,
+            }),
+            settings,
+            registry,
+            pending: AtomicU32::new(0),
+            wake: Notify::new(),
+            start: Instant::now(),
+        })
+    }
+
+    /// True when the `flowControl` gate is on.
+    pub fn gated(&self) -> bool {
+        self.settings.gate
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.start.elapsed().as_millis() as u64
+    }
+
+    fn saturation(&self) -> f64 {
+        let snap = self.registry.snapshot();
+        let s = detector::pool_saturation(
+            self.settings.detector.as_ref(),
+            &snap.endpoints,
+            self.pending.load(Ordering::Acquire),
+            pdgate_scheduler::monotonic_ms(),
+        );
+        let g = &self.metrics.saturation;
+        g.with_label_values(&["effective"]).set(s.effective);
+        if let Some(p) = s.prefill {
+            g.with_label_values(&["prefill"]).set(p);
+        }
+        if let Some(d) = s.decode {
+            g.with_label_values(&["decode"]).set(d);
+        }
+        s.effective
+    }
+
+    fn finished(&self, item: &Item, enqueued: Option<Instant>, outcome: Outcome) {
+        let p = item.priority.to_string();
+        let labels = [outcome.as_str(), p.as_str()];
+        self.metrics.requests.with_label_values(&labels).inc();
+        if let Some(t) = enqueued {
+            self.metrics
+                .queue_duration
+                .with_label_values(&labels)
+                .observe(t.elapsed().as_secs_f64());
+        }
+        if outcome != Outcome::Dispatched
+            && crate::log_limit::allow(&crate::log_limit::FLOW_CONTROL)
+        {
+            tracing::info!(
+                outcome = outcome.as_str(),
+                priority = item.priority,
+                flow = %item.flow,
+                "flow control dropped a request"
+            );
+        }
+    }
+
+    fn gauges(&self, q: &Queues) {
+        for (p, len, bytes) in q.bands() {
+            let p = p.to_string();
+            self.metrics
+                .queue_size
+                .with_label_values(&[&p])
+                .set(len as i64);
+            self.metrics
+                .queue_bytes
+                .with_label_values(&[&p])
+                .set(bytes as i64);
+        }
+    }
+
+    /// Legacy admission (gate off): a sheddable request (priority < 0) is refused while the
+    /// pool is saturated (llm-d `LegacyAdmissionController`); others always pass.
+    ///
+    /// Errors: `Outcome::RejectedCapacity` (429 `rejected-saturated`).
+    pub fn legacy_check(&self, key: &FlowKey) -> Result<(), Outcome> {
+        if !pdgate_scheduler::flow::sheddable(key.priority) || self.saturation() < 1.0 {
+            return Ok(());
+        }
+        self.metrics
+            .sheddable_rejected
+            .with_label_values(&[&key.priority.to_string()])
+            .inc();
+        Err(Outcome::RejectedCapacity)
+    }
+
+    /// Admits `key` (gate on): at once, or after waiting in its band.
+    ///
+    /// Errors: the outcome that ended the wait (capacity, TTL, no endpoints, shutdown);
+    /// a client that leaves simply drops the future (counted `EvictedContextCancelled`).
+    pub async fn admit(self: &Arc<Self>, key: FlowKey) -> Result<Admission, Outcome> {
+        let (id, rx) = {
+            let mut inner = self.inner.lock();
+            let item = Item {
+                id: inner.next_id,
+                priority: inner.queues.band_priority(key.priority),
+                flow: key.flow,
+                bytes: key.bytes,
+                enqueued_ms: self.now_ms(),
+                slo_ttft_ms: key.slo_ttft_ms,
+            };
+            inner.next_id += 1;
+            if inner.shutting_down {
+                self.finished(&item, None, Outcome::RejectedOther);
+                return Err(Outcome::RejectedOther);
+            }
+            if inner.queues.is_empty() && self.saturation() < self.settings.control.usage_limit {
+                self.pending.fetch_add(1, Ordering::AcqRel);
+                self.finished(&item, Some(Instant::now()), Outcome::Dispatched);
+                return Ok(Admission {
+                    ctl: Some(self.clone()),
+                });
+            }
+            let id = item.id;
+            let priority = item.priority;
+            if inner.queues.enqueue(item.clone()).is_err() {
+                let outcome = match self
+                    .registry
+                    .snapshot()
+                    .endpoints
+                    .iter()
+                    .any(|e| e.endpoint.schedulable())
+                {
+                    true => Outcome::RejectedCapacity,
+                    false => Outcome::RejectedNoEndpoints,
+                };
+                self.finished(&item, None, outcome);
+                return Err(outcome);
+            }
+            let (tx, rx) = oneshot::channel();
+            inner.waiters.insert(
+                id,
+                Waiter {
+                    tx,
+                    enqueued: Instant::now(),
+                    priority,
+                },
+            );
+            self.gauges(&inner.queues);
+            (id, rx)
+        };
+        self.wake.notify_one();
+        let mut queued = Queued {
+            ctl: self.clone(),
+            id,
+            rx: Some(rx),
+        };
+        let outcome = match queued.rx.as_mut() {
+            Some(rx) => rx.await.unwrap_or(Outcome::EvictedOther),
+            None => Outcome::EvictedOther,
+        };
+        queued.rx = None; // finalized: nothing for the guard to undo
+        match outcome {
+            Outcome::Dispatched => Ok(Admission {
+                ctl: Some(self.clone()),
+            }),
+            other => Err(other),
+        }
+    }
+
+    /// One dispatch cycle: expire what waited too long, then dispatch while the pool is
+    /// below the usage limit.
+    fn cycle(&self) {
+        let now = self.now_ms();
+        let snap = self.registry.snapshot();
+        let empty = !snap.endpoints.iter().any(|e| e.endpoint.schedulable());
+        let mut inner = self.inner.lock();
+        let inner = &mut *inner;
+        if empty != inner.pool_empty {
+            inner.pool_empty = empty;
+            inner.regime_since_ms = now;
+        }
+        if now.saturating_sub(inner.last_sweep_ms) >= SWEEP_MS {
+            inner.last_sweep_ms = now;
+            let c = &self.settings.control;
+            let (budget, outcome) = match empty {
+                true => (c.no_endpoint_ttl, Outcome::EvictedNoEndpoints),
+                false => (c.default_ttl, Outcome::EvictedTtl),
+            };
+            for item in inner
+                .queues
+                .expire(now, budget.as_millis() as u64, inner.regime_since_ms)
+            {
+                if let Some(w) = inner.waiters.remove(&item.id) {
+                    self.finished(&item, Some(w.enqueued), outcome);
+                    let _ = w.tx.send(outcome);
+                }
+            }
+        }
+        while !inner.queues.is_empty() && self.saturation() < self.settings.control.usage_limit {
+            let Some(item) = inner.queues.pop_next() else {
+                break;
+            };
+            let Some(w) = inner.waiters.remove(&item.id) else {
+                continue;
+            };
+            debug_assert_eq!(w.priority, item.priority);
+            self.pending.fetch_add(1, Ordering::AcqRel);
+            self.finished(&item, Some(w.enqueued), Outcome::Dispatched);
+            if w.tx.send(Outcome::Dispatched).is_err() {
+                self.pending.fetch_sub(1, Ordering::AcqRel);
+            }
+        }
+        self.gauges(&inner.queues);
+    }
+
+    /// Runs the dispatcher until the task is aborted: a cycle on every arrival and every
+    /// [`CYCLE`] while anything is queued.
+    pub async fn run(self: Arc<Self>) {
+        loop {
+            let idle = self.inner.lock().queues.is_empty();
+            if idle {
+                self.wake.notified().await;
+            } else {
+                tokio::select! {
+                    _ = self.wake.notified() => {}
+                    _ = tokio::time::sleep(CYCLE) => {}
+                }
+            }
+            self.cycle();
+        }
+    }
+
+    /// Refuses new requests and ends every queued one with `RejectedOther`/`EvictedOther`
+    /// (503 `rejected-shutting-down`).
+    pub fn shutdown(&self) {
+        let mut inner = self.inner.lock();
+        inner.shutting_down = true;
+        for item in inner.queues.drain() {
+            if let Some(w) = inner.waiters.remove(&item.id) {
+                self.finished(&item, Some(w.enqueued), Outcome::EvictedOther);
+                let _ = w.tx.send(Outcome::EvictedOther);
+            }
+        }
+        self.gauges(&inner.queues);
+    }
+
+    /// Requests queued now (tests, `/health` detail).
+    pub fn queued(&self) -> u64 {
+        self.inner.lock().queues.len()
+    }
+}

@@ -1,0 +1,104 @@
+//! A request's flow-control key: its priority (from the InferenceObjective its
+//! `x-llm-d-inference-objective` / `x-gateway-inference-objective` header names; llm-d keeps
+//! objectives as `InferenceObjective` resources, pdgate takes them from
+//! `--inference-objective NAME=PRIORITY`), its fairness id and its TTFT objective.
+
+use http::HeaderMap;
+use pdgate_api::headers;
+use pdgate_scheduler::flow::DEFAULT_FLOW;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+fn first<'h>(
+    h: &'h HeaderMap,
+    names: &[&'static str],
+) -> Result<Option<&'h str>, crate::errors::ApiError> {
+    crate::header_scan::first_value(h, names, None)
+}
+
+/// Longest fairness id kept, bytes; a longer one is a 400.
+pub const MAX_FAIRNESS_ID_BYTES: usize = 128;
+
+/// InferenceObjective name → priority (`--inference-objective NAME=PRIORITY`; in llm-d the
+/// `InferenceObjective` resources). An unknown or absent objective has priority 0.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Objectives(pub Arc<HashMap<String, i32>>);
+
+impl Objectives {
+    /// Parses `NAME=PRIORITY` entries.
+    ///
+    /// Errors: an entry without `=`, an empty name, a priority that is not an i32, or a
+    /// name given twice; the message names the entry.
+    pub fn parse(specs: &[String]) -> Result<Objectives, String> {
+        let mut map = HashMap::new();
+        for s in specs {
+            let (name, p) = s
+                .split_once('=')
+                .ok_or_else(|| format!("--inference-objective `{s}`: expected NAME=PRIORITY"))?;
+            let name = name.trim();
+            if name.is_empty() {
+                return Err(format!("--inference-objective `{s}`: empty name"));
+            }
+            let p: i32 = p.trim().parse().map_err(|_| {
+                format!("--inference-objective `{s}`: priority `{p}` is not an integer")
+            })?;
+            if map.insert(name.to_string(), p).is_some() {
+                return Err(format!("--inference-objective `{name}` given twice"));
+            }
+        }
+        Ok(Objectives(Arc::new(map)))
+    }
+
+    /// The priority of `objective` (0 when unknown).
+    pub fn priority(&self, objective: Option<&str>) -> i32 {
+        objective.and_then(|o| self.0.get(o)).copied().unwrap_or(0)
+    }
+}
+
+/// A request's flow key and size.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FlowKey {
+    /// Priority (from the objective).
+    pub priority: i32,
+    /// Fairness id (`default-flow` when absent).
+    pub flow: Arc<str>,
+    /// `x-llm-d-slo-ttft-ms`, when it is a whole number.
+    pub slo_ttft_ms: Option<u64>,
+    /// Body bytes.
+    pub bytes: u64,
+}
+
+/// The flow key of a request with headers `h` and a body of `bytes`.
+///
+/// Errors: an objective or fairness id that is not visible ASCII, or a fairness id over
+/// [`MAX_FAIRNESS_ID_BYTES`] → 400 naming the header.
+pub fn flow_key(
+    h: &HeaderMap,
+    objectives: &Objectives,
+    bytes: u64,
+) -> Result<FlowKey, crate::errors::ApiError> {
+    let objective = first(
+        h,
+        &[
+            headers::INFERENCE_OBJECTIVE,
+            headers::INFERENCE_OBJECTIVE_LEGACY,
+        ],
+    )?;
+    let flow = first(h, &[headers::FAIRNESS_ID, headers::FAIRNESS_ID_LEGACY])?;
+    if flow.is_some_and(|f| f.len() > MAX_FAIRNESS_ID_BYTES) {
+        return Err(crate::errors::ApiError::InvalidHeader {
+            header: headers::FAIRNESS_ID,
+            reason: format!("longer than {MAX_FAIRNESS_ID_BYTES} bytes"),
+        });
+    }
+    let slo = first(h, &[headers::SLO_TTFT_MS, headers::SLO_TTFT_MS_LEGACY])
+        .ok()
+        .flatten()
+        .and_then(|v| v.parse().ok());
+    Ok(FlowKey {
+        priority: objectives.priority(objective),
+        flow: Arc::from(flow.unwrap_or(DEFAULT_FLOW)),
+        slo_ttft_ms: slo,
+        bytes,
+    })
+}

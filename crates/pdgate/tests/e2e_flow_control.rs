@@ -1,0 +1,285 @@
+//! Flow control (issue 10 item 6) against simulator workers: queueing under the
+//! concurrency detector, band limits, priority order, TTL expiry, client disconnect, no
+//! endpoints, and legacy sheddable admission without the gate. The engine-side claims
+//! (never more than `maxConcurrency` requests on the engine) are read from the simulator.
+
+mod support;
+
+use pdgate_scenario::fleet;
+use pdgate_server::flow_control::Objectives;
+use pdgate_server::ServerHandle;
+use pdgate_sim::WorkerHandle;
+use std::time::{Duration, Instant};
+use support::*;
+
+fn config(gate: bool, max_concurrency: u32, flow: &str) -> String {
+    format!(
+        "apiVersion: llm-d.ai/v1alpha1
+kind: EndpointPickerConfig
+{gates}plugins:
+- type: concurrency-detector
+  parameters: {{maxConcurrency: {max_concurrency}}}
+- type: queue-scorer
+- type: max-score-picker
+flowControl:
+  saturationDetector: {{pluginRef: concurrency-detector}}
+{flow}schedulingProfiles:
+- name: default
+  plugins: [{{pluginRef: queue-scorer}}, {{pluginRef: max-score-picker}}]
+",
+        gates = if gate {
+            "featureGates: [flowControl]\n"
+        } else {
+            ""
+        },
+    )
+}
+
+async fn fleet_with(yaml: &str, objectives: &[&str]) -> (WorkerHandle, ServerHandle) {
+    let w = sim_worker(spec("w0", "decode", None), sim_config(1.0)).await;
+    let objectives =
+        Objectives::parse(&objectives.iter().map(|s| s.to_string()).collect::<Vec<_>>()).unwrap();
+    let r = fleet::router_with(endpoints([&w]), yaml, |o| o.objectives = objectives)
+        .await
+        .unwrap();
+    (w, r)
+}
+
+/// Sends a request of `max_tokens` (prompt ids from `first`) and waits until the router has
+/// booked it: the engine's one slot is then taken.
+async fn occupy(r: &ServerHandle, first: u32, max_tokens: u32) -> tokio::task::JoinHandle<Reply> {
+    let u = url(r);
+    let h = tokio::spawn(async move { send(&u, &[], &body(first, 16, max_tokens)).await });
+    wait_until(Duration::from_secs(5), "a request booked", || {
+        r.state.in_flight_total() == 1
+    })
+    .await;
+    h
+}
+
+/// `llm_d_epp_flow_control_requests_total{outcome, priority}` in `m`.
+fn outcomes(m: &str, outcome: &str, priority: i32) -> u64 {
+    metric(
+        m,
+        &format!(
+            "llm_d_epp_flow_control_requests_total{{outcome=\"{outcome}\",priority=\"{priority}\"}}"
+        ),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queues_up_to_the_band_limit_and_never_exceeds_the_engine_concurrency() {
+    let yaml = config(
+        true,
+        2,
+        "  defaultRequestTTL: 30s\n  defaultPriorityBand: {maxRequests: 4}\n",
+    );
+    let (w, r) = fleet_with(&yaml, &[]).await;
+    let u = url(&r);
+    let all = futures_util::future::join_all((0..10).map(|i| {
+        let u = u.clone();
+        async move { send(&u, &[], &body(i * 100, 16, 60)).await }
+    }));
+    tokio::pin!(all);
+    // The engine's own count of running + waiting requests, sampled every 2 ms.
+    let mut peak = 0;
+    let replies = loop {
+        tokio::select! {
+            r = &mut all => break r,
+            _ = tokio::time::sleep(Duration::from_millis(2)) => {
+                let st = w.stats();
+                peak = peak.max(st.running + st.waiting);
+            }
+        }
+    };
+    let ok = replies.iter().filter(|r| r.status == 200).count();
+    let refused: Vec<&Reply> = replies.iter().filter(|r| r.status == 429).collect();
+    // 2 run at once, 4 wait in the band, 4 are refused at once.
+    assert_eq!((ok, refused.len()), (6, 4), "{replies:?}");
+    for r in &refused {
+        assert_eq!(
+            r.header("x-llm-d-request-dropped-reason"),
+            "rejected-saturated"
+        );
+        assert!(
+            r.body["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("queue at capacity"),
+            "{:?}",
+            r.body
+        );
+    }
+    assert_eq!(w.stats().completions, 6);
+    assert!((1..=2).contains(&peak), "engine saw {peak} at once");
+    let m = metrics(&u).await;
+    let series = |o: &str| outcomes(&m, o, 0);
+    assert_eq!(
+        (series("Dispatched"), series("RejectedCapacity")),
+        (6, 4),
+        "{m}"
+    );
+    assert_eq!(
+        gauge(&m, "llm_d_epp_flow_control_queue_size{priority=\"0\"}"),
+        0.0
+    );
+    assert_eq!(r.state.flow.queued(), 0);
+    assert_eq!(r.state.in_flight_total(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_higher_band_goes_first_and_sheddable_waits() {
+    let yaml = config(true, 1, "  defaultRequestTTL: 30s\n");
+    let (_w, r) = fleet_with(&yaml, &["chat=10", "batch=-1"]).await;
+    let u = url(&r);
+    // One request occupies the engine; three batch requests queue, then one chat request.
+    let first = occupy(&r, 0, 40).await;
+    let t0 = Instant::now();
+    let mut lows = Vec::new();
+    for i in 0..3 {
+        let u = u.clone();
+        lows.push(tokio::spawn(async move {
+            let r = send(
+                &u,
+                &[("x-llm-d-inference-objective", "batch")],
+                &body(1000 + i * 100, 16, 40),
+            )
+            .await;
+            (r.status, t0.elapsed())
+        }));
+    }
+    wait_until(Duration::from_secs(5), "batch requests queued", || {
+        r.state.flow.queued() == 3
+    })
+    .await;
+    let high = tokio::spawn({
+        let u = u.clone();
+        async move {
+            let r = send(
+                &u,
+                &[("x-gateway-inference-objective", "chat")],
+                &body(5000, 16, 40),
+            )
+            .await;
+            (r.status, t0.elapsed())
+        }
+    });
+    let (hs, ht) = high.await.unwrap();
+    assert_eq!(first.await.unwrap().status, 200);
+    assert_eq!(hs, 200);
+    for l in lows {
+        let (ls, lt) = l.await.unwrap();
+        assert_eq!(ls, 200);
+        assert!(
+            ht < lt,
+            "chat finished at {ht:?}, a batch request at {lt:?}"
+        );
+    }
+    let m = metrics(&u).await;
+    assert_eq!(outcomes(&m, "Dispatched", -1), 3);
+    assert_eq!(outcomes(&m, "Dispatched", 10), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ttl_expiry_and_client_disconnect_while_queued() {
+    let yaml = config(true, 1, "  defaultRequestTTL: 300ms\n");
+    let (w, r) = fleet_with(&yaml, &[]).await;
+    let u = url(&r);
+    let long = occupy(&r, 0, 200).await;
+    // A client that gives up after 100 ms while queued.
+    let gone = reqwest::Client::new()
+        .post(format!("{u}/v1/completions"))
+        .json(&body(500, 16, 10))
+        .timeout(Duration::from_millis(100))
+        .send()
+        .await;
+    assert!(gone.is_err());
+    let t = Instant::now();
+    let expired = send(&u, &[], &body(900, 16, 10)).await;
+    let waited = t.elapsed();
+    assert_eq!(expired.status, 429, "{expired:?}");
+    assert_eq!(
+        expired.header("x-llm-d-request-dropped-reason"),
+        "rejected-ttl-expired"
+    );
+    assert!(
+        waited >= Duration::from_millis(300) && waited < Duration::from_millis(1500),
+        "{waited:?}"
+    );
+    assert_eq!(long.await.unwrap().status, 200);
+    let m = metrics(&u).await;
+    let series = |o: &str| outcomes(&m, o, 0);
+    assert_eq!(
+        (
+            series("Dispatched"),
+            series("EvictedTTL"),
+            series("EvictedContextCancelled")
+        ),
+        (1, 1, 1),
+        "{m}"
+    );
+    // Only the long request reached the engine.
+    assert_eq!(w.stats().completions, 1);
+    assert_eq!(r.state.flow.queued(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_empty_pool_answers_503_after_the_no_endpoint_ttl() {
+    let yaml = config(true, 1, "  noEndpointRequestTTL: 200ms\n");
+    let scheduler = pdgate_scheduler::Scheduler::from_yaml(&yaml, "test").unwrap();
+    assert!(scheduler.flow().gate);
+    let r = fleet::router_with(Vec::new(), &yaml, |_| {}).await.unwrap();
+    let t = Instant::now();
+    let reply = send(&url(&r), &[], &body(0, 16, 10)).await;
+    assert_eq!(reply.status, 503, "{reply:?}");
+    assert_eq!(
+        reply.header("x-llm-d-request-dropped-reason"),
+        "rejected-no-endpoints"
+    );
+    assert!(
+        t.elapsed() >= Duration::from_millis(200),
+        "{:?}",
+        t.elapsed()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_the_gate_only_sheddable_requests_are_refused_when_saturated() {
+    let yaml = config(false, 1, "");
+    let (w, r) = fleet_with(&yaml, &["batch=-1"]).await;
+    let u = url(&r);
+    // Idle pool: a sheddable request passes.
+    let idle = send(
+        &u,
+        &[("x-llm-d-inference-objective", "batch")],
+        &body(0, 16, 4),
+    )
+    .await;
+    assert_eq!(idle.status, 200);
+    let long = occupy(&r, 100, 100).await;
+    let shed = send(
+        &u,
+        &[("x-llm-d-inference-objective", "batch")],
+        &body(200, 16, 4),
+    )
+    .await;
+    assert_eq!(shed.status, 429, "{shed:?}");
+    assert_eq!(
+        shed.header("x-llm-d-request-dropped-reason"),
+        "rejected-saturated"
+    );
+    assert!(shed.body["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("sheddable request dropped"));
+    // Priority 0 is never refused by legacy admission (it queues at the engine).
+    let normal = send(&u, &[], &body(300, 16, 4)).await;
+    assert_eq!(normal.status, 200);
+    assert_eq!(long.await.unwrap().status, 200);
+    assert_eq!(w.stats().completions, 3);
+    let m = metrics(&u).await;
+    assert_eq!(
+        metric(&m, "pdgate_sheddable_rejections_total{priority=\"-1\"}"),
+        1
+    );
+}
