@@ -8,6 +8,24 @@ use clap::{Parser, Subcommand};
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+/// `mi_option_arena_eager_commit` (mimalloc v3 `mi_option_e`; libmimalloc-sys names no
+/// constant for it).
+const MI_OPTION_ARENA_EAGER_COMMIT: libmimalloc_sys::mi_option_t = 4;
+
+/// Makes mimalloc commit arena memory as it is used, not up front: idle RSS 23 → 10 MB and
+/// 66 → 43 KB per concurrent stream (issue 10). It must run before the first allocation
+/// (which creates the first arena), so it is an ELF initializer, run before Rust's runtime
+/// starts; it only stores an option.
+extern "C" fn lazy_arena_commit() {
+    // SAFETY: stores one process-wide option; no allocation, no other thread yet.
+    unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_ARENA_EAGER_COMMIT, 0) };
+}
+
+#[cfg(target_os = "linux")]
+#[used]
+#[unsafe(link_section = ".init_array")]
+static LAZY_ARENA_COMMIT: extern "C" fn() = lazy_arena_commit;
+
 #[derive(Parser)]
 #[command(
     name = "pdgate",
