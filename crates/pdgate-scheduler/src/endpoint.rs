@@ -146,11 +146,15 @@ impl EndpointLoad {
         w(&self.running, running);
         w(&self.waiting, waiting);
         w(&self.kv_usage, kv_usage);
-        self.scraped_at_ms
-            .store(monotonic_ms().max(1), Ordering::Relaxed);
+        // Only a scrape that told something is fresh data: a failed one (all unknown)
+        // leaves the stamp to age, so saturation detectors count the endpoint as stale.
+        if running.is_some() || waiting.is_some() || kv_usage.is_some() {
+            self.scraped_at_ms
+                .store(monotonic_ms().max(1), Ordering::Relaxed);
+        }
     }
-    /// When the gauges were last stored ([`Self::set_scraped`]), on the [`monotonic_ms`]
-    /// clock; `None` before the first scrape. Saturation detectors treat old gauges as
+    /// When gauges were last stored ([`Self::set_scraped`] with any known), on the
+    /// [`monotonic_ms`] clock; `None` before the first such scrape. Saturation detectors treat old gauges as
     /// unknown.
     pub fn scraped_at_ms(&self) -> Option<u64> {
         Some(self.scraped_at_ms.load(Ordering::Relaxed)).filter(|t| *t > 0)

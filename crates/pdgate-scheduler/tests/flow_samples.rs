@@ -184,3 +184,34 @@ schedulingProfiles:
     assert!(e.to_string().contains("unknown unit `d`"), "{e}");
     assert_eq!(e.line, Some(12), "{e}");
 }
+
+#[test]
+fn errors_name_the_line_of_the_value() {
+    // Regressions (adversarial try): a bad duration was reported at the section's first key,
+    // a duplicate band at the first copy, and `check-config` did not say what has no effect.
+    let at = |body: &str| {
+        let e = Scheduler::from_yaml(&format!("{HEAD}featureGates: [flowControl]\n{body}"), "s")
+            .err()
+            .unwrap();
+        (e.line, e.message)
+    };
+    let (line, msg) = at("flowControl:\n  maxRequests: 5\n  defaultRequestTTL: banana\n");
+    assert_eq!(line, Some(13), "{msg}");
+    assert!(msg.contains("duration `banana`"), "{msg}");
+    let (line, msg) = at(
+        "flowControl:\n  priorityBands:\n  - priority: 1\n    maxRequests: 2\n  - priority: 1\n",
+    );
+    assert_eq!(line, Some(15), "{msg}");
+    assert!(msg.contains("duplicate priority level 1"), "{msg}");
+    let checked = pdgate_scheduler::config::check(
+        &format!(
+            "{HEAD}featureGates: [\"flowControl=false\"]\nflowControl:\n  maxBytes: \"1024\"\n"
+        ),
+        "s",
+    )
+    .unwrap();
+    assert!(
+        checked.contains("# warning: the flowControl config section is set but the flowControl feature gate is disabled"),
+        "{checked}"
+    );
+}

@@ -348,9 +348,7 @@ pub async fn start_state(
         .flow()
         .detector
         .set_scrape_interval(opts.scrape_interval);
-    if flow.gated() {
-        tasks.push(tokio::spawn(flow.clone().run()));
-    }
+    tasks.push(tokio::spawn(flow.clone().run()));
     let state = Arc::new(AppState {
         scheduler: opts.scheduler,
         registry,

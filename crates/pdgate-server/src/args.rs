@@ -197,6 +197,24 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         .with_context(|| format!("binding {addr}"))?;
     tracing::info!(addr = %bound, threads, "pdgate serve listening");
     eprintln!("pdgate serve listening on http://{bound} ({threads} server threads)");
-    tokio::signal::ctrl_c().await?;
+    shutdown_signal().await?;
+    // Queued requests get 503 `rejected-shutting-down` instead of a closed connection; a
+    // moment for those answers to leave, then the process ends.
+    state.flow.shutdown();
+    tracing::info!("pdgate serve stopping");
+    tokio::time::sleep(SHUTDOWN_GRACE).await;
     Ok(())
+}
+
+/// Time given to the answers of requests refused at shutdown before the process ends.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_millis(200);
+
+/// Waits for SIGTERM (Kubernetes stopping the pod) or SIGINT.
+async fn shutdown_signal() -> std::io::Result<()> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate())?;
+    tokio::select! {
+        r = tokio::signal::ctrl_c() => r,
+        _ = term.recv() => Ok(()),
+    }
 }

@@ -296,6 +296,14 @@ impl Dispatcher for EngineDispatch<'_> {
         }
         engine_headers(&mut leg);
         match Slot::of(leg.phase) {
+            Some(Slot::Prefill) => {
+                let answer = self.dispatch_with_retries(leg, Slot::Prefill).await;
+                // The prefill engine's work ends with its answer (a non-streamed prefill
+                // answers when it is done): release its booking now, not when the decode
+                // ends, or load scorers and saturation detectors see a busy prefill pod.
+                self.ctx.finish_prefill();
+                answer
+            }
             Some(slot) => self.dispatch_with_retries(leg, slot).await,
             None => leg_send::send(self.state, &leg, self.timeouts(leg.phase)).await,
         }

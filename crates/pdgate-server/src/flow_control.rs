@@ -11,7 +11,7 @@
 //! [`pdgate_scheduler::flow::Outcome::client_answer`].
 
 use crate::discovery::EndpointRegistry;
-pub use crate::flow_key::{flow_key, FlowKey, Objectives};
+pub use crate::flow_key::{flow_key, priority, FlowKey, Objectives};
 use crate::flow_metrics::FlowMetrics;
 use parking_lot::Mutex;
 use pdgate_scheduler::flow::{detector, FlowSettings, Item, Outcome, Queues};
@@ -24,6 +24,8 @@ use tokio::time::Instant;
 
 /// Dispatch cycle period while requests are queued (llm-d: 1 ms).
 pub const CYCLE: Duration = Duration::from_millis(1);
+/// Period of the saturation gauges' refresh while nothing is queued.
+pub const GAUGE_REFRESH: Duration = Duration::from_secs(1);
 /// TTL sweep period (llm-d: 1 s; finer here, the sweep is cheap).
 pub const SWEEP_MS: u64 = 50;
 
@@ -138,12 +140,22 @@ impl FlowController {
 
     fn saturation(&self) -> f64 {
         let snap = self.registry.snapshot();
+        let now = pdgate_scheduler::monotonic_ms();
         let s = detector::pool_saturation(
             self.settings.detector.as_ref(),
             &snap.endpoints,
             self.pending.load(Ordering::Acquire),
-            pdgate_scheduler::monotonic_ms(),
+            now,
         );
+        let live: Vec<_> = snap
+            .endpoints
+            .iter()
+            .filter(|e| e.endpoint.schedulable())
+            .collect();
+        self.metrics
+            .stale
+            .with_label_values(&[self.settings.detector.type_name()])
+            .set(self.settings.detector.stale(&live, now) as i64);
         let g = &self.metrics.saturation;
         g.with_label_values(&["effective"]).set(s.effective);
         if let Some(p) = s.prefill {
@@ -195,13 +207,13 @@ impl FlowController {
     /// pool is saturated (llm-d `LegacyAdmissionController`); others always pass.
     ///
     /// Errors: `Outcome::RejectedCapacity` (429 `rejected-saturated`).
-    pub fn legacy_check(&self, key: &FlowKey) -> Result<(), Outcome> {
-        if !pdgate_scheduler::flow::sheddable(key.priority) || self.saturation() < 1.0 {
+    pub fn legacy_check(&self, priority: i32) -> Result<(), Outcome> {
+        if !pdgate_scheduler::flow::sheddable(priority) || self.saturation() < 1.0 {
             return Ok(());
         }
         self.metrics
             .sheddable_rejected
-            .with_label_values(&[&key.priority.to_string()])
+            .with_label_values(&[&priority.to_string()])
             .inc();
         Err(Outcome::RejectedCapacity)
     }
@@ -327,19 +339,22 @@ impl FlowController {
     }
 
     /// Runs the dispatcher until the task is aborted: a cycle on every arrival and every
-    /// [`CYCLE`] while anything is queued.
+    /// [`CYCLE`] while anything is queued; idle (or without the gate), the saturation gauges
+    /// are refreshed every [`GAUGE_REFRESH`].
     pub async fn run(self: Arc<Self>) {
         loop {
             let idle = self.inner.lock().queues.is_empty();
-            if idle {
-                self.wake.notified().await;
-            } else {
-                tokio::select! {
-                    _ = self.wake.notified() => {}
-                    _ = tokio::time::sleep(CYCLE) => {}
-                }
+            let wait = if idle { GAUGE_REFRESH } else { CYCLE };
+            tokio::select! {
+                _ = self.wake.notified() => {}
+                _ = tokio::time::sleep(wait) => {}
             }
-            self.cycle();
+            if self.settings.gate {
+                self.cycle();
+            }
+            if idle {
+                self.saturation();
+            }
         }
     }
 

@@ -9,13 +9,6 @@ use pdgate_scheduler::flow::DEFAULT_FLOW;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-fn first<'h>(
-    h: &'h HeaderMap,
-    names: &[&'static str],
-) -> Result<Option<&'h str>, crate::errors::ApiError> {
-    crate::header_scan::first_value(h, names, None)
-}
-
 /// Longest fairness id kept, bytes; a longer one is a 400.
 pub const MAX_FAIRNESS_ID_BYTES: usize = 128;
 
@@ -36,8 +29,11 @@ impl Objectives {
                 .split_once('=')
                 .ok_or_else(|| format!("--inference-objective `{s}`: expected NAME=PRIORITY"))?;
             let name = name.trim();
-            if name.is_empty() {
-                return Err(format!("--inference-objective `{s}`: empty name"));
+            if name.is_empty() || !name.bytes().all(|b| b.is_ascii_graphic()) {
+                return Err(format!(
+                    "--inference-objective `{s}`: the name must be visible ASCII (it is \
+                     matched against a header value)"
+                ));
             }
             let p: i32 = p.trim().parse().map_err(|_| {
                 format!("--inference-objective `{s}`: priority `{p}` is not an integer")
@@ -68,36 +64,55 @@ pub struct FlowKey {
     pub bytes: u64,
 }
 
-/// The flow key of a request with headers `h` and a body of `bytes`.
-///
-/// Errors: an objective or fairness id that is not visible ASCII, or a fairness id over
-/// [`MAX_FAIRNESS_ID_BYTES`] → 400 naming the header.
-pub fn flow_key(
-    h: &HeaderMap,
-    objectives: &Objectives,
-    bytes: u64,
-) -> Result<FlowKey, crate::errors::ApiError> {
-    let objective = first(
+/// The first of `names` carried with a non-empty value, as text: a value that is not
+/// visible ASCII is read lossily (these headers only select a band or a flow; an unknown
+/// value means the defaults, never an error).
+fn text(h: &HeaderMap, names: &[&'static str]) -> Option<String> {
+    names.iter().find_map(|n| {
+        let t = String::from_utf8_lossy(h.get(*n)?.as_bytes())
+            .trim()
+            .to_string();
+        (!t.is_empty()).then_some(t)
+    })
+}
+
+/// The priority of a request with headers `h`: its objective's (0 when it names none or an
+/// unknown one). Never an error.
+pub fn priority(h: &HeaderMap, objectives: &Objectives) -> i32 {
+    let objective = text(
         h,
         &[
             headers::INFERENCE_OBJECTIVE,
             headers::INFERENCE_OBJECTIVE_LEGACY,
         ],
-    )?;
-    let flow = first(h, &[headers::FAIRNESS_ID, headers::FAIRNESS_ID_LEGACY])?;
-    if flow.is_some_and(|f| f.len() > MAX_FAIRNESS_ID_BYTES) {
+    );
+    objectives.priority(objective.as_deref())
+}
+
+/// The flow key of a request with headers `h` and a body of `bytes` (flow control on).
+///
+/// Errors: a fairness id over [`MAX_FAIRNESS_ID_BYTES`] → 400 naming the header (it becomes
+/// a queue's key). Other values never fail: see [`priority`].
+pub fn flow_key(
+    h: &HeaderMap,
+    objectives: &Objectives,
+    bytes: u64,
+) -> Result<FlowKey, crate::errors::ApiError> {
+    let flow = text(h, &[headers::FAIRNESS_ID, headers::FAIRNESS_ID_LEGACY]);
+    if flow
+        .as_ref()
+        .is_some_and(|f| f.len() > MAX_FAIRNESS_ID_BYTES)
+    {
         return Err(crate::errors::ApiError::InvalidHeader {
             header: headers::FAIRNESS_ID,
             reason: format!("longer than {MAX_FAIRNESS_ID_BYTES} bytes"),
         });
     }
-    let slo = first(h, &[headers::SLO_TTFT_MS, headers::SLO_TTFT_MS_LEGACY])
-        .ok()
-        .flatten()
-        .and_then(|v| v.parse().ok());
+    let slo =
+        text(h, &[headers::SLO_TTFT_MS, headers::SLO_TTFT_MS_LEGACY]).and_then(|v| v.parse().ok());
     Ok(FlowKey {
-        priority: objectives.priority(objective),
-        flow: Arc::from(flow.unwrap_or(DEFAULT_FLOW)),
+        priority: priority(h, objectives),
+        flow: Arc::from(flow.as_deref().unwrap_or(DEFAULT_FLOW)),
         slo_ttft_ms: slo,
         bytes,
     })

@@ -237,8 +237,8 @@ async fn admit(
     h: &HeaderMap,
     bytes: u64,
 ) -> Result<Option<crate::flow_control::Admission>, ApiError> {
-    let key = crate::flow_control::flow_key(h, &state.objectives, bytes)?;
     if state.flow.gated() {
+        let key = crate::flow_control::flow_key(h, &state.objectives, bytes)?;
         return state
             .flow
             .admit(key)
@@ -248,7 +248,7 @@ async fn admit(
     }
     state
         .flow
-        .legacy_check(&key)
+        .legacy_check(crate::flow_control::priority(h, &state.objectives))
         .map_err(|o| ApiError::dropped(o, true))?;
     Ok(None)
 }

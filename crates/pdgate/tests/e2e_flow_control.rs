@@ -282,4 +282,61 @@ async fn without_the_gate_only_sheddable_requests_are_refused_when_saturated() {
         metric(&m, "pdgate_sheddable_rejections_total{priority=\"-1\"}"),
         1
     );
+    // Regressions (adversarial try): flow-control headers never fail a request without the
+    // gate, and the saturation gauge follows the pool when traffic stops.
+    let long_id = "f".repeat(300);
+    let lenient = send(
+        &u,
+        &[("x-llm-d-inference-fairness-id", long_id.as_str())],
+        &body(400, 16, 2),
+    )
+    .await;
+    assert_eq!(lenient.status, 200, "{lenient:?}");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let m = metrics(&u).await;
+        let s = gauge(
+            &m,
+            "llm_d_epp_flow_control_pool_saturation{stage=\"effective\"}",
+        );
+        if s == 0.0 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "saturation gauge stuck at {s}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_split_request_releases_its_prefill_booking_when_the_prefill_answers() {
+    // Regression (adversarial try): the prefill booking was held until the decode ended, so a
+    // prefill pod with nothing running looked saturated and split requests were throttled.
+    let workers = sim_workers(
+        vec![
+            spec("prefill-0", "prefill", None),
+            spec("decode-0", "decode", None),
+        ],
+        sim_config(1.0),
+    )
+    .await;
+    let r = router(endpoints(&workers), pdgate_scheduler::DEFAULT_CONFIG_YAML).await;
+    let u = url(&r);
+    let long = tokio::spawn(async move { send(&u, &[], &body(0, 2000, 150)).await });
+    let booked = |name: &str| {
+        r.state
+            .registry
+            .snapshot()
+            .get(name)
+            .map_or(0, |e| e.load.in_flight())
+    };
+    wait_until(Duration::from_secs(5), "the decode leg running", || {
+        booked("decode-0") == 1 && workers[1].stats().running == 1
+    })
+    .await;
+    assert_eq!(workers[0].stats().running, 0, "the prefill engine is idle");
+    assert_eq!(booked("prefill-0"), 0, "the prefill booking is over");
+    let reply = long.await.unwrap();
+    assert_eq!(reply.status, 200, "{reply:?}");
+    assert_eq!(reply.header("x-pdgate-pd-mode"), "split");
+    assert_eq!(r.state.in_flight_total(), 0);
 }

@@ -98,7 +98,14 @@ pub fn load(
 ///
 /// Errors: every problem found, see [`load_all`].
 pub fn check(yaml: &str, source: &str) -> Result<String, ConfigErrors> {
-    load_all(yaml, source, &[]).map(|l| l.effective_yaml)
+    load_all(yaml, source, &[]).map(|l| {
+        // Settings that load but do nothing are said, as YAML comments (`serve` logs them).
+        let mut y = l.effective_yaml;
+        for w in &l.flow.warnings {
+            y += &format!("# warning: {w}\n");
+        }
+        y
+    })
 }
 
 /// [`load`], reporting every problem instead of the first: each plugin entry's (unsupported
@@ -192,6 +199,29 @@ pub fn load_all(
     })
 }
 
+/// The first `…`-quoted text of `message`.
+fn quoted(message: &str) -> Option<&str> {
+    let (_, rest) = message.split_once('`')?;
+    Some(rest.split_once('`')?.0).filter(|v| !v.is_empty())
+}
+
+/// 1-based line of the `nth` (0-based) `key: value` or `- value` whose value is `value`
+/// (quotes and comments ignored).
+fn line_of_value(yaml: &str, value: &str, nth: usize) -> Option<usize> {
+    yaml.lines()
+        .enumerate()
+        .filter(|(_, l)| {
+            let t = l.split('#').next().unwrap_or("").trim();
+            let v = match t.strip_prefix("- ") {
+                Some(item) if !item.contains(": ") => item,
+                _ => t.rsplit_once(": ").map_or("", |(_, v)| v),
+            };
+            v.trim().trim_matches(|c| c == '"' || c == '\'') == value
+        })
+        .nth(nth)
+        .map(|(i, _)| i + 1)
+}
+
 /// The sections as written (kept for the effective config) and what they resolve to.
 type FlowSections = (
     crate::flow::FlowSettings,
@@ -215,7 +245,11 @@ fn flow_settings(ld: &mut Loader<'_>, yaml: &str) -> Option<FlowSections> {
     let raw: RawSections = match serde_yaml_ng::from_str(yaml) {
         Ok(r) => r,
         Err(e) => {
-            let line = e.location().map(|l| l.line());
+            // serde places errors of a nested value at its map's first key: the line of the
+            // value the message quotes is the better one.
+            let line = quoted(&e.to_string())
+                .and_then(|v| line_of_value(yaml, v, 0))
+                .or(e.location().map(|l| l.line()));
             let msg = e.to_string();
             let msg = msg
                 .rfind(" at line ")
@@ -245,7 +279,13 @@ fn flow_settings(ld: &mut Loader<'_>, yaml: &str) -> Option<FlowSections> {
             let path = field.replace(|c: char| c == '[' || c.is_ascii_digit() || c == ']', "");
             let path = path.replace("..", ".");
             let all = 0..yaml.lines().count();
-            let line = lines::find_path(yaml, &all, &path);
+            // A duplicate is the second copy; a bad value is where it is written.
+            let nth = usize::from(message.starts_with("duplicate"));
+            let line = message
+                .strip_prefix("duplicate priority level ")
+                .or_else(|| quoted(&message))
+                .and_then(|v| line_of_value(yaml, v, nth))
+                .or_else(|| lines::find_path(yaml, &all, &path));
             ld.report(line, None, format!("{field}: {message}"));
             None
         }

@@ -257,6 +257,8 @@ pub fn resolve(
     lookup: &dyn Fn(&str) -> Option<Declared>,
 ) -> Result<FlowSettings, FieldError> {
     let gate = gate(&raw.feature_gates)?;
+    // A flow-control plugin named by its type works without a `plugins:` entry (defaults).
+    let lookup = |name: &str| lookup(name).or_else(|| by_type(name));
     let mut warnings = Vec::new();
     let fc = raw.flow_control.unwrap_or_default();
     if fc.enable_eviction == Some(true) {
@@ -317,25 +319,7 @@ pub fn resolve(
                 field.into(),
                 format!("plugin `{name}` is not a flow-control policy"),
             )),
-            None => match crate::flow::plugins::TYPES.iter().find(|t| t.name == name) {
-                // A policy named by its type works without a `plugins:` entry.
-                Some(t) => {
-                    let mut ctx = crate::registry::BuildCtx {
-                        built: &[],
-                        profiles: &[],
-                        next_slot: 0,
-                    };
-                    let built = (t.build)(None, &mut ctx).map_err(|e| (field.into(), e.message))?;
-                    match built.flow_policy {
-                        Some(p) => Ok(Some(p)),
-                        None => Err((
-                            field.into(),
-                            format!("plugin `{name}` is not a flow-control policy"),
-                        )),
-                    }
-                }
-                None => Err((field.into(), format!("plugin `{name}` not found"))),
-            },
+            None => Err((field.into(), format!("plugin `{name}` not found"))),
         }
     };
     let usage_limit = match policy(
@@ -450,6 +434,24 @@ pub fn resolve(
         detector,
         control,
         warnings,
+    })
+}
+
+/// A flow-control plugin type built with its defaults, when `name` is one.
+fn by_type(name: &str) -> Option<Declared> {
+    let t = crate::flow::plugins::TYPES
+        .iter()
+        .find(|t| t.name == name)?;
+    let mut ctx = crate::registry::BuildCtx {
+        built: &[],
+        profiles: &[],
+        next_slot: 0,
+    };
+    let built = (t.build)(None, &mut ctx).ok()?;
+    Some(match (built.saturation, built.flow_policy) {
+        (Some(d), _) => Declared::Detector(d),
+        (None, Some(p)) => Declared::Policy(p),
+        (None, None) => Declared::Other,
     })
 }
 

@@ -100,6 +100,13 @@ fn references_defaults_and_errors() {
             .1
             .contains("undefined plugin `gone`")
     );
+    // A detector named by its type needs no plugins entry.
+    let s = resolve(
+        sections("flowControl:\n  saturationDetector: {pluginRef: concurrency-detector}\n"),
+        &lookup,
+    )
+    .unwrap();
+    assert_eq!(s.detector.type_name(), "concurrency-detector");
     assert!(err("flowControl:\n  enableEviction: true\n")
         .1
         .contains("not supported"));

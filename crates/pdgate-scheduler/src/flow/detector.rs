@@ -174,9 +174,13 @@ impl UtilizationDetector {
             self.min_staleness_ms
                 .load(std::sync::atomic::Ordering::Relaxed),
         );
-        e.load
-            .scraped_at_ms()
-            .is_some_and(|t| now_ms.saturating_sub(t) <= max_age)
+        // Gauges this detector reads must be known too (an engine that exports neither
+        // waiting nor KV use tells it nothing).
+        let known = e.load.waiting().is_some() || e.load.kv_usage().is_some();
+        known
+            && e.load
+                .scraped_at_ms()
+                .is_some_and(|t| now_ms.saturating_sub(t) <= max_age)
     }
 
     fn waiting(e: &EndpointState, extra: f64) -> f64 {
@@ -410,6 +414,10 @@ mod tests {
         assert!((d.saturation(&[&b], 0, now) - 1.0).abs() < 1e-9); // 5 waiting / 5
         assert!((d.saturation(&[&a], 5, now) - 1.5).abs() < 1e-9); // (2.5 + 5) / 5
         assert_eq!(d.saturation(&[], 0, now), 1.0);
+        // A failed scrape (all gauges unknown) is stale at once: it must not read as idle.
+        a.load.set_scraped(None, None, None);
+        assert_eq!(d.saturation(&[&a], 0, monotonic_ms()), 1.0);
+        assert_eq!(d.stale(&[&a], monotonic_ms()), 1);
     }
 
     #[test]

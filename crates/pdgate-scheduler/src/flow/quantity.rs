@@ -1,6 +1,6 @@
 //! Kubernetes `resource.Quantity` values as flow-control limits use them (`maxBytes: "1Gi"`,
 //! `maxRequests: 500`): a plain integer, or a decimal number with a binary suffix (`Ki`,
-//! `Mi`, `Gi`, `Ti`, `Pi`, `Ei`), a decimal suffix (`k`, `M`, `G`, `T`, `P`, `E`) or an
+//! `Mi`, `Gi`, `Ti`, `Pi`, `Ei`), a decimal suffix (`m`, `k`, `M`, `G`, `T`, `P`, `E`) or an
 //! exponent (`1e3`). Fractions round up to the next whole unit (a limit of `1.5k` requests is
 //! 1,500; of `0.5` is 1). Source: k8s.io/apimachinery `pkg/api/resource/quantity.go`.
 
@@ -36,6 +36,7 @@ pub fn parse(text: &str) -> Result<u64, String> {
         "Ti" => (num.into(), 1024f64.powi(4)),
         "Pi" => (num.into(), 1024f64.powi(5)),
         "Ei" => (num.into(), 1024f64.powi(6)),
+        "m" => (num.into(), 1e-3),
         "k" => (num.into(), 1e3),
         "M" => (num.into(), 1e6),
         "G" => (num.into(), 1e9),
@@ -96,6 +97,8 @@ mod tests {
         assert_eq!(parse("1.5k"), Ok(1500));
         assert_eq!(parse("0.5"), Ok(1));
         assert_eq!(parse("1e3"), Ok(1000));
+        assert_eq!(parse("500m"), Ok(1)); // 0.5 rounds up
+        assert_eq!(parse("2000m"), Ok(2));
         assert_eq!(parse("0"), Ok(0));
         assert!(parse("-1").unwrap_err().contains("non-negative"));
         assert!(parse("1Qi").unwrap_err().contains("unknown suffix `Qi`"));
