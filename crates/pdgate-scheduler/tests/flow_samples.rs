@@ -80,6 +80,17 @@ flowControl:
     fairnessPolicyRef: customFairness
 ";
     let s = load(yaml);
+    // The effective config writes the defaults out (check-config shows what runs).
+    let eff = s.effective_config_yaml();
+    for line in [
+        "defaultRequestTTL: 60s",
+        "noEndpointRequestTTL: 60s",
+        "usageLimitPolicyPluginRef: static-usage-limit-policy",
+        "pluginRef: utilization-detector",
+        "maxRequests: 5000",
+    ] {
+        assert!(eff.contains(line), "{line} missing in\n{eff}");
+    }
     let band = s.flow().control.band(100);
     assert_eq!(
         (

@@ -237,8 +237,6 @@ fn flow_settings(ld: &mut Loader<'_>, yaml: &str) -> Option<FlowSections> {
     use crate::flow::config::{self as fc, Declared, RawSections};
     #[derive(serde::Deserialize)]
     struct Verbatim {
-        #[serde(rename = "flowControl")]
-        flow_control: Option<serde_yaml_ng::Value>,
         #[serde(rename = "saturationDetector")]
         saturation_detector: Option<serde_yaml_ng::Value>,
     }
@@ -272,7 +270,10 @@ fn flow_settings(ld: &mut Loader<'_>, yaml: &str) -> Option<FlowSections> {
     };
     match fc::resolve(raw, &lookup) {
         Ok(settings) => {
-            let (f, s) = verbatim.map_or((None, None), |v| (v.flow_control, v.saturation_detector));
+            // flowControl with its defaults written out; the deprecated top-level detector
+            // as written.
+            let f = settings.effective.clone();
+            let s = verbatim.and_then(|v| v.saturation_detector);
             Some((settings, gates, f, s))
         }
         Err((field, message)) => {

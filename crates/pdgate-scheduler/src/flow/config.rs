@@ -127,6 +127,9 @@ pub struct FlowSettings {
     pub control: FlowControlConfig,
     /// Settings that load but have no effect (e.g. the section without the gate), to log.
     pub warnings: Vec<String>,
+    /// The `flowControl` section with every default written out (the effective config),
+    /// when the gate is on or the section was given.
+    pub effective: Option<serde_yaml_ng::Value>,
 }
 
 impl Default for FlowSettings {
@@ -136,6 +139,7 @@ impl Default for FlowSettings {
             detector: Arc::new(UtilizationDetector::default()),
             control: FlowControlConfig::default(),
             warnings: Vec::new(),
+            effective: None,
         }
     }
 }
@@ -257,10 +261,12 @@ pub fn resolve(
     lookup: &dyn Fn(&str) -> Option<Declared>,
 ) -> Result<FlowSettings, FieldError> {
     let gate = gate(&raw.feature_gates)?;
+    let section_given = raw.flow_control.is_some();
     // A flow-control plugin named by its type works without a `plugins:` entry (defaults).
     let lookup = |name: &str| lookup(name).or_else(|| by_type(name));
     let mut warnings = Vec::new();
     let fc = raw.flow_control.unwrap_or_default();
+    let fc_usage_ref = fc.usage_limit_policy_plugin_ref.clone();
     if fc.enable_eviction == Some(true) {
         return Err((
             "flowControl.enableEviction".into(),
@@ -289,7 +295,13 @@ pub fn resolve(
             }
         }
     }
-    let detector = match (detector, detector_ref.filter(|r| !r.is_empty())) {
+    let detector_ref = detector_ref.filter(|r| !r.is_empty());
+    let written_ref = match (&detector, &detector_ref) {
+        (Some(_), _) => None, // GAIE v1.3 thresholds: the top-level section stays as written
+        (None, Some(r)) => Some(r.clone()),
+        (None, None) => Some(super::detector::UTILIZATION.name.to_string()),
+    };
+    let detector = match (detector, detector_ref) {
         (Some(d), _) => d,
         (None, Some(name)) => match lookup(&name) {
             Some(Declared::Detector(d)) => d,
@@ -429,12 +441,81 @@ pub fn resolve(
                 .into(),
         );
     }
+    let effective = (gate || section_given).then(|| {
+        effective_section(
+            &control,
+            written_ref.as_deref(),
+            fc_usage_ref
+                .as_deref()
+                .unwrap_or(super::plugins::STATIC_USAGE_LIMIT.name),
+        )
+    });
     Ok(FlowSettings {
         gate,
         detector,
         control,
         warnings,
+        effective,
     })
+}
+
+/// The resolved section as YAML, defaults written out; policies by their type names (they
+/// have no parameters), the detector and usage limit by the names the config used.
+fn effective_section(
+    c: &FlowControlConfig,
+    detector: Option<&str>,
+    usage: &str,
+) -> serde_yaml_ng::Value {
+    use super::duration::format;
+    use serde_yaml_ng::{Mapping, Value};
+    let fairness = |f: Fairness| match f {
+        Fairness::GlobalStrict => super::plugins::GLOBAL_STRICT.name,
+        Fairness::RoundRobin => super::plugins::ROUND_ROBIN.name,
+    };
+    let ordering = |o: Ordering| match o {
+        Ordering::Fcfs => super::plugins::FCFS.name,
+        Ordering::Edf => super::plugins::EDF.name,
+        Ordering::SloDeadline => super::plugins::SLO_DEADLINE.name,
+    };
+    let band = |b: &BandConfig, with_priority: bool| {
+        let mut m = Mapping::new();
+        if with_priority {
+            m.insert("priority".into(), Value::from(b.priority));
+        }
+        m.insert("maxBytes".into(), Value::from(b.max_bytes));
+        m.insert("maxRequests".into(), Value::from(b.max_requests));
+        m.insert("fairnessPolicyRef".into(), fairness(b.fairness).into());
+        m.insert("orderingPolicyRef".into(), ordering(b.ordering).into());
+        Value::Mapping(m)
+    };
+    let mut m = Mapping::new();
+    if c.max_bytes > 0 {
+        m.insert("maxBytes".into(), Value::from(c.max_bytes));
+    }
+    if c.max_requests > 0 {
+        m.insert("maxRequests".into(), Value::from(c.max_requests));
+    }
+    m.insert("defaultRequestTTL".into(), format(c.default_ttl).into());
+    m.insert(
+        "noEndpointRequestTTL".into(),
+        format(c.no_endpoint_ttl).into(),
+    );
+    m.insert("defaultPriorityBand".into(), band(&c.default_band, false));
+    m.insert(
+        "defaultNegativePriorityBand".into(),
+        band(&c.negative_band, false),
+    );
+    m.insert(
+        "priorityBands".into(),
+        Value::Sequence(c.bands.iter().map(|b| band(b, true)).collect()),
+    );
+    m.insert("usageLimitPolicyPluginRef".into(), usage.into());
+    if let Some(d) = detector {
+        let mut r = Mapping::new();
+        r.insert("pluginRef".into(), d.into());
+        m.insert("saturationDetector".into(), Value::Mapping(r));
+    }
+    Value::Mapping(m)
 }
 
 /// A flow-control plugin type built with its defaults, when `name` is one.
