@@ -274,12 +274,15 @@ async fn health(State(s): State<Arc<AppState>>) -> Response {
         .filter(|e| e.endpoint.schedulable() && e.load.reachable() != Some(false))
         .count();
     let total = snap.endpoints.len();
-    let ready = serving > 0 || s.routers.is_some();
+    let draining = s.flow.is_shutting_down();
+    let ready = (serving > 0 || s.routers.is_some()) && !draining;
     let body = serde_json::json!({
         "status": if ready { "ready" } else { "not ready" },
         "endpoints": total,
         "serving": serving,
-        "reason": (!ready).then_some(if total == 0 {
+        "reason": (!ready).then_some(if draining {
+            "shutting down"
+        } else if total == 0 {
             "no endpoints known"
         } else {
             "no endpoint can serve (none Ready, or every one failing its /metrics scrape)"

@@ -65,6 +65,10 @@ pub struct ServeArgs {
     /// objectives have priority 0. (In llm-d these are `InferenceObjective` resources.)
     #[arg(long = "inference-objective", value_name = "NAME=PRIORITY")]
     pub inference_objectives: Vec<String>,
+    /// On SIGTERM or SIGINT: how long running requests may take to finish, ms (queued and
+    /// new ones get 503 `rejected-shutting-down`, `/health` answers not ready meanwhile).
+    #[arg(long, default_value_t = DEFAULT_SHUTDOWN_GRACE_MS)]
+    pub shutdown_grace_ms: u64,
     /// Client header/body timeouts, connection and in-flight body limits.
     #[command(flatten)]
     pub client_limits: crate::client_limits::ClientLimitsArgs,
@@ -198,16 +202,27 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     tracing::info!(addr = %bound, threads, "pdgate serve listening");
     eprintln!("pdgate serve listening on http://{bound} ({threads} server threads)");
     shutdown_signal().await?;
-    // Queued requests get 503 `rejected-shutting-down` instead of a closed connection; a
-    // moment for those answers to leave, then the process ends.
+    // Draining: queued and new requests get 503 `rejected-shutting-down`, `/health` answers
+    // not ready (load balancers stop sending), running requests finish within the grace.
     state.flow.shutdown();
-    tracing::info!("pdgate serve stopping");
-    tokio::time::sleep(SHUTDOWN_GRACE).await;
+    let grace = Duration::from_millis(args.shutdown_grace_ms);
+    tracing::info!(
+        in_flight = state.in_flight_total(),
+        ?grace,
+        "pdgate serve draining"
+    );
+    let deadline = tokio::time::Instant::now() + grace;
+    while state.in_flight_total() > 0 && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // A moment for the last answers to leave.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    tracing::info!(in_flight = state.in_flight_total(), "pdgate serve stopped");
     Ok(())
 }
 
-/// Time given to the answers of requests refused at shutdown before the process ends.
-pub const SHUTDOWN_GRACE: Duration = Duration::from_millis(200);
+/// Default of `--shutdown-grace-ms`: under Kubernetes' default 30 s termination grace.
+pub const DEFAULT_SHUTDOWN_GRACE_MS: u64 = 25_000;
 
 /// Waits for SIGTERM (Kubernetes stopping the pod) or SIGINT.
 async fn shutdown_signal() -> std::io::Result<()> {

@@ -102,13 +102,13 @@ impl ApiError {
     pub fn dropped(outcome: pdgate_scheduler::flow::Outcome, legacy: bool) -> ApiError {
         use pdgate_scheduler::flow::Outcome as O;
         let message = match outcome {
+            O::RejectedOther | O::EvictedOther => "flow control: shutting down",
             _ if legacy => "system saturated, sheddable request dropped",
             O::RejectedCapacity => "flow control: queue at capacity",
             O::EvictedTtl => "flow control: request timed out in queue",
             O::RejectedNoEndpoints | O::EvictedNoEndpoints => {
                 "flow control: no endpoints available"
             }
-            O::RejectedOther | O::EvictedOther => "flow control: shutting down",
             O::Dispatched | O::EvictedContextCancelled => "flow control: client disconnected",
         };
         let reason = outcome
