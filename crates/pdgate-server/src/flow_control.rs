@@ -16,7 +16,7 @@ use crate::flow_metrics::FlowMetrics;
 use parking_lot::Mutex;
 use pdgate_scheduler::flow::{detector, FlowSettings, Item, Outcome, Queues};
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{oneshot, Notify};
@@ -43,7 +43,6 @@ struct Inner {
     /// When `pool_empty` last changed, ms since start.
     regime_since_ms: u64,
     last_sweep_ms: u64,
-    shutting_down: bool,
 }
 
 /// The flow controller (see the module docs). Shared by every server thread.
@@ -54,6 +53,8 @@ pub struct FlowController {
     inner: Mutex<Inner>,
     /// Dispatched requests that have not booked an endpoint yet.
     pending: AtomicU32,
+    /// Set by [`Self::shutdown`]; read on every request without the lock.
+    shutting_down: AtomicBool,
     wake: Notify,
     start: Instant,
 }
@@ -119,11 +120,11 @@ impl FlowController {
                 pool_empty: false,
                 regime_since_ms: 0,
                 last_sweep_ms: 0,
-                shutting_down: false,
             }),
             settings,
             registry,
             pending: AtomicU32::new(0),
+            shutting_down: AtomicBool::new(false),
             wake: Notify::new(),
             start: Instant::now(),
         })
@@ -238,7 +239,7 @@ impl FlowController {
                 slo_ttft_ms: key.slo_ttft_ms,
             };
             inner.next_id += 1;
-            if inner.shutting_down {
+            if self.is_shutting_down() {
                 self.finished(&item, None, Outcome::RejectedOther);
                 return Err(Outcome::RejectedOther);
             }
@@ -366,7 +367,7 @@ impl FlowController {
     /// (503 `rejected-shutting-down`).
     pub fn shutdown(&self) {
         let mut inner = self.inner.lock();
-        inner.shutting_down = true;
+        self.shutting_down.store(true, Ordering::Release);
         for item in inner.queues.drain() {
             if let Some(w) = inner.waiters.remove(&item.id) {
                 self.finished(&item, Some(w.enqueued), Outcome::EvictedOther);
@@ -379,7 +380,7 @@ impl FlowController {
     /// True once [`Self::shutdown`] was called: new requests are refused 503 and `/health`
     /// answers not ready, while running ones finish.
     pub fn is_shutting_down(&self) -> bool {
-        self.inner.lock().shutting_down
+        self.shutting_down.load(Ordering::Acquire)
     }
 
     /// Requests queued now (tests, `/health` detail).

@@ -442,7 +442,7 @@ pub fn resolve(
         );
     }
     let effective = (gate || section_given).then(|| {
-        effective_section(
+        super::effective::effective_section(
             &control,
             written_ref.as_deref(),
             fc_usage_ref
@@ -457,65 +457,6 @@ pub fn resolve(
         warnings,
         effective,
     })
-}
-
-/// The resolved section as YAML, defaults written out; policies by their type names (they
-/// have no parameters), the detector and usage limit by the names the config used.
-fn effective_section(
-    c: &FlowControlConfig,
-    detector: Option<&str>,
-    usage: &str,
-) -> serde_yaml_ng::Value {
-    use super::duration::format;
-    use serde_yaml_ng::{Mapping, Value};
-    let fairness = |f: Fairness| match f {
-        Fairness::GlobalStrict => super::plugins::GLOBAL_STRICT.name,
-        Fairness::RoundRobin => super::plugins::ROUND_ROBIN.name,
-    };
-    let ordering = |o: Ordering| match o {
-        Ordering::Fcfs => super::plugins::FCFS.name,
-        Ordering::Edf => super::plugins::EDF.name,
-        Ordering::SloDeadline => super::plugins::SLO_DEADLINE.name,
-    };
-    let band = |b: &BandConfig, with_priority: bool| {
-        let mut m = Mapping::new();
-        if with_priority {
-            m.insert("priority".into(), Value::from(b.priority));
-        }
-        m.insert("maxBytes".into(), Value::from(b.max_bytes));
-        m.insert("maxRequests".into(), Value::from(b.max_requests));
-        m.insert("fairnessPolicyRef".into(), fairness(b.fairness).into());
-        m.insert("orderingPolicyRef".into(), ordering(b.ordering).into());
-        Value::Mapping(m)
-    };
-    let mut m = Mapping::new();
-    if c.max_bytes > 0 {
-        m.insert("maxBytes".into(), Value::from(c.max_bytes));
-    }
-    if c.max_requests > 0 {
-        m.insert("maxRequests".into(), Value::from(c.max_requests));
-    }
-    m.insert("defaultRequestTTL".into(), format(c.default_ttl).into());
-    m.insert(
-        "noEndpointRequestTTL".into(),
-        format(c.no_endpoint_ttl).into(),
-    );
-    m.insert("defaultPriorityBand".into(), band(&c.default_band, false));
-    m.insert(
-        "defaultNegativePriorityBand".into(),
-        band(&c.negative_band, false),
-    );
-    m.insert(
-        "priorityBands".into(),
-        Value::Sequence(c.bands.iter().map(|b| band(b, true)).collect()),
-    );
-    m.insert("usageLimitPolicyPluginRef".into(), usage.into());
-    if let Some(d) = detector {
-        let mut r = Mapping::new();
-        r.insert("pluginRef".into(), d.into());
-        m.insert("saturationDetector".into(), Value::Mapping(r));
-    }
-    Value::Mapping(m)
 }
 
 /// A flow-control plugin type built with its defaults, when `name` is one.

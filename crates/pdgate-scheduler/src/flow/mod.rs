@@ -18,6 +18,7 @@
 pub mod config;
 pub mod detector;
 pub mod duration;
+mod effective;
 pub mod plugins;
 pub mod quantity;
 pub mod queues;
