@@ -51,6 +51,9 @@ pub struct ResponseBody {
     line_start: bool,
     /// SSE: the bare JSON line being collected (from its `{`).
     bare_line: Option<BytesMut>,
+    /// SSE: the bare line has its end (or is over the limit); only new bytes are searched,
+    /// so a line sent a byte at a time costs linear time.
+    bare_done: bool,
     /// Frames to send before anything else (the end of an error event).
     queued: Option<Bytes>,
     /// SSE to a client: removes the engines' router-owned fields.
@@ -75,6 +78,7 @@ impl ResponseBody {
             bookings,
             line_start: true,
             bare_line: None,
+            bare_done: false,
             queued: None,
             owned: None,
         }
@@ -161,11 +165,13 @@ impl ResponseBody {
     fn scan(&mut self, data: Bytes) -> Bytes {
         if let Some(line) = &mut self.bare_line {
             line.extend_from_slice(&data);
+            self.bare_done = data.contains(&b'\n') || line.len() > MAX_SSE_LINE_BYTES;
             return Bytes::new();
         }
         let mut start = self.line_start;
         for (i, &b) in data.iter().enumerate() {
             if start && b == b'{' {
+                self.bare_done = data[i..].contains(&b'\n') || data.len() - i > MAX_SSE_LINE_BYTES;
                 self.bare_line = Some(BytesMut::from(&data[i..]));
                 return data.slice(..i);
             }
@@ -180,6 +186,7 @@ impl ResponseBody {
     /// endpoint.
     fn bare_line_event(&mut self) -> Bytes {
         let line = self.bare_line.take().unwrap_or_default();
+        self.bare_done = false;
         let end = line.iter().position(|&b| b == b'\n').unwrap_or(line.len());
         let parsed: Option<serde_json::Value> = serde_json::from_slice(&line[..end]).ok();
         let error = match parsed {
@@ -267,10 +274,7 @@ impl Body for ResponseBody {
                                 Err(ev) => return Poll::Ready(Some(Ok(Frame::data(ev)))),
                             };
                             // A bare line ends at its line end, or is cut at the limit.
-                            let line_done = self.bare_line.as_ref().is_some_and(|l| {
-                                l.contains(&b'\n') || l.len() > MAX_SSE_LINE_BYTES
-                            });
-                            if line_done {
+                            if self.bare_line.is_some() && self.bare_done {
                                 let ev = self.bare_line_event();
                                 if pass.is_empty() {
                                     return Poll::Ready(Some(Ok(Frame::data(ev))));
