@@ -187,19 +187,15 @@ pub static PLUGIN_TYPES: &[PluginType] = &[
     plugins::session_affinity_scorer::TYPE,
     plugins::session_affinity_filter::TYPE,
     plugins::rollout::TYPE,
-    crate::flow::plugins::GLOBAL_STRICT,
-    crate::flow::plugins::ROUND_ROBIN,
-    crate::flow::plugins::FCFS,
-    crate::flow::plugins::EDF,
-    crate::flow::plugins::SLO_DEADLINE,
-    crate::flow::plugins::STATIC_USAGE_LIMIT,
-    crate::flow::detector::UTILIZATION,
-    crate::flow::detector::CONCURRENCY,
 ];
 
-/// Looks a plugin type up by name.
+/// Looks a plugin type up by name: the scheduling plugins above, then the flow-control ones
+/// ([`crate::flow::plugins::TYPES`]).
 pub fn lookup(type_name: &str) -> Option<&'static PluginType> {
-    PLUGIN_TYPES.iter().find(|t| t.name == type_name)
+    PLUGIN_TYPES
+        .iter()
+        .chain(crate::flow::plugins::TYPES)
+        .find(|t| t.name == type_name)
 }
 
 /// Decodes `params` strictly into `T` (absent or null → `{}`, i.e. all defaults).

@@ -178,13 +178,14 @@ schedulingProfiles:
     let e = pdgate_scheduler::config::check(yaml, "sample").unwrap_err();
     assert_eq!(e.0.len(), 1, "{e}");
     assert!(e.0[0].message.contains("probabilistic-admitter"), "{e}");
+    // llm-d v1's alpha endpoint gate is not built: named, at its line.
     let e = Scheduler::from_yaml(
-        &format!("{HEAD}featureGates: [flowControl]\nflowControl:\n  enableEviction: true\n"),
+        &format!("{HEAD}featureGates: [flowControl]\nflowControl:\n  endpointGatePluginRef: g\n"),
         "sample",
     )
     .err()
     .unwrap();
-    assert!(e.to_string().contains("enableEviction"), "{e}");
+    assert!(e.to_string().contains("endpointGatePluginRef"), "{e}");
     assert_eq!(e.line, Some(12), "{e}");
     let e = Scheduler::from_yaml(
         &format!("{HEAD}featureGates: [flowControl]\nflowControl:\n  defaultRequestTTL: 5d\n"),
@@ -225,4 +226,82 @@ fn errors_name_the_line_of_the_value() {
         checked.contains("# warning: the flowControl config section is set but the flowControl feature gate is disabled"),
         "{checked}"
     );
+}
+
+/// llm-d's own docs: the flow-control example of `docs/architecture/core/router/epp/
+/// configuration.md`, and the same under `apiVersion: llm-d.ai/v1` with the v1 fields
+/// (`docs/api-reference` EndpointPickerConfig: a band's `defaultRequestTTL`,
+/// `bandSelectionPolicyPluginRef`, `enableEviction`).
+#[test]
+fn llm_d_docs_sample_and_v1_fields() {
+    let body = "kind: EndpointPickerConfig
+
+featureGates:
+- flowControl
+
+plugins:
+- type: round-robin-fairness-policy
+- type: fcfs-ordering-policy
+- type: global-strict-fairness-policy
+- type: utilization-detector
+- type: max-score-picker
+
+flowControl:
+  maxBytes: 0 # Default: unlimited
+  maxRequests: 0 # Default: unlimited
+  defaultRequestTTL: \"0s\" # Default: uses client context deadline
+  enableEviction: false # Default: in-flight eviction disabled
+
+  saturationDetector:
+    pluginRef: utilization-detector # Default
+
+  defaultPriorityBand:
+    maxBytes: \"1Gi\" # Default
+    maxRequests: 0 # Default: unlimited
+    orderingPolicyRef: fcfs-ordering-policy # Default
+    fairnessPolicyRef: global-strict-fairness-policy # Default
+
+  priorityBands: # Only showing overrides; fields not specified inherit from defaults
+  - priority: 100
+    maxBytes: \"5Gi\"
+    maxRequests: 500
+    fairnessPolicyRef: round-robin-fairness-policy
+
+  - priority: 50
+    maxBytes: \"2Gi\"
+    maxRequests: 200
+";
+    let s = load(&format!("apiVersion: llm-d.ai/v1alpha1\n{body}"));
+    let c = &s.flow().control;
+    assert!(s.flow().gate && !c.enable_eviction);
+    assert_eq!(c.default_ttl, Duration::ZERO);
+    assert_eq!(c.band(100).max_bytes, 5 << 30);
+    assert_eq!(c.band(100).fairness, Fairness::RoundRobin);
+    assert_eq!(c.band(50).max_requests, 200);
+    assert_eq!(c.band(7).max_bytes, 1 << 30);
+
+    let v1 = format!(
+        "apiVersion: llm-d.ai/v1\n{}",
+        body.replace("enableEviction: false", "enableEviction: true")
+            .replace("- type: max-score-picker", "- type: max-score-picker\n- type: strict-band-selection-policy")
+            .replace(
+                "  saturationDetector:",
+                "  bandSelectionPolicyPluginRef: strict-band-selection-policy\n  saturationDetector:"
+            )
+            .replace("    maxRequests: 200", "    maxRequests: 200\n    defaultRequestTTL: 250ms")
+    );
+    let s = load(&v1);
+    let c = &s.flow().control;
+    assert!(c.enable_eviction);
+    assert_eq!(c.ttl(&c.band(50), false), Duration::from_millis(250));
+    assert_eq!(c.ttl(&c.band(100), false), Duration::ZERO);
+    // The effective config writes the v1 fields out.
+    let eff = s.effective_config_yaml();
+    for needle in [
+        "enableEviction: true",
+        "bandSelectionPolicyPluginRef: strict-band-selection-policy",
+        "defaultRequestTTL: 250ms",
+    ] {
+        assert!(eff.contains(needle), "{needle} missing from\n{eff}");
+    }
 }

@@ -110,6 +110,7 @@ impl ApiError {
                 "flow control: no endpoints available"
             }
             O::Dispatched | O::EvictedContextCancelled => "flow control: client disconnected",
+            O::EvictedInFlight => "request evicted by flow control",
         };
         let reason = outcome
             .client_answer()

@@ -8,9 +8,12 @@
 //! queued, as llm-d's processor) lets it go, its TTL runs out, or the client leaves. A
 //! dispatched request counts as *pending* load until it has booked an endpoint (the
 //! [`Admission`] guard), so a burst of dispatches sees itself. Outcomes map to statuses in
-//! [`pdgate_scheduler::flow::Outcome::client_answer`].
+//! [`pdgate_scheduler::flow::Outcome::client_answer`]. With `enableEviction`, each dispatched
+//! request also gets an [`InFlight`] ticket for the life of its answer, and a cycle whose
+//! highest queued band stays blocked may evict sheddable ones ([`crate::flow_eviction`]).
 
 use crate::discovery::EndpointRegistry;
+use crate::flow_eviction::{Evictions, InFlight};
 pub use crate::flow_key::{flow_key, priority, FlowKey, Objectives};
 use crate::flow_metrics::FlowMetrics;
 use parking_lot::Mutex;
@@ -57,12 +60,22 @@ pub struct FlowController {
     shutting_down: AtomicBool,
     wake: Notify,
     start: Instant,
+    /// With `enableEviction` (and the gate): the dispatched requests that can be evicted.
+    evictions: Option<Arc<Evictions>>,
 }
 
 /// Held from admission until the request has booked its endpoint (drop it after
 /// scheduling): until then the request counts as pending load.
 pub struct Admission {
     ctl: Option<Arc<FlowController>>,
+    ticket: Option<InFlight>,
+}
+
+impl Admission {
+    /// The request's eviction ticket (with `enableEviction`): keep it with the answer.
+    pub fn take_ticket(&mut self) -> Option<InFlight> {
+        self.ticket.take()
+    }
 }
 
 impl Drop for Admission {
@@ -111,8 +124,12 @@ impl FlowController {
             tracing::warn!("{w}");
         }
         let queues = Queues::new(&settings.control, objectives.0.values().copied());
+        let metrics = FlowMetrics::new(registry_metrics);
+        let evictions = (settings.gate && settings.control.enable_eviction)
+            .then(|| Evictions::new(metrics.clone()));
         Arc::new(FlowController {
-            metrics: FlowMetrics::new(registry_metrics),
+            metrics,
+            evictions,
             inner: Mutex::new(Inner {
                 queues,
                 waiters: HashMap::new(),
@@ -228,7 +245,7 @@ impl FlowController {
     /// Errors: the outcome that ended the wait (capacity, TTL, no endpoints, shutdown);
     /// a client that leaves simply drops the future (counted `EvictedContextCancelled`).
     pub async fn admit(self: &Arc<Self>, key: FlowKey) -> Result<Admission, Outcome> {
-        let (id, rx) = {
+        let (id, rx, band) = {
             let mut inner = self.inner.lock();
             let item = Item {
                 id: inner.next_id,
@@ -246,9 +263,7 @@ impl FlowController {
             if inner.queues.is_empty() && self.saturation() < self.settings.control.usage_limit {
                 self.pending.fetch_add(1, Ordering::AcqRel);
                 self.finished(&item, Some(Instant::now()), Outcome::Dispatched);
-                return Ok(Admission {
-                    ctl: Some(self.clone()),
-                });
+                return Ok(self.admission(item.priority));
             }
             let id = item.id;
             let priority = item.priority;
@@ -276,7 +291,7 @@ impl FlowController {
                 },
             );
             self.gauges(&inner.queues);
-            (id, rx)
+            (id, rx, priority)
         };
         self.wake.notify_one();
         let mut queued = Queued {
@@ -290,10 +305,17 @@ impl FlowController {
         };
         queued.rx = None; // finalized: nothing for the guard to undo
         match outcome {
-            Outcome::Dispatched => Ok(Admission {
-                ctl: Some(self.clone()),
-            }),
+            Outcome::Dispatched => Ok(self.admission(band)),
             other => Err(other),
+        }
+    }
+
+    /// The guard of a request of `priority` just dispatched (pending load counted by the
+    /// caller), with its eviction ticket when eviction is on.
+    fn admission(self: &Arc<Self>, priority: i32) -> Admission {
+        Admission {
+            ctl: Some(self.clone()),
+            ticket: self.evictions.as_ref().map(|e| e.track(priority)),
         }
     }
 
@@ -312,14 +334,13 @@ impl FlowController {
         if now.saturating_sub(inner.last_sweep_ms) >= SWEEP_MS {
             inner.last_sweep_ms = now;
             let c = &self.settings.control;
-            let (budget, outcome) = match empty {
-                true => (c.no_endpoint_ttl, Outcome::EvictedNoEndpoints),
-                false => (c.default_ttl, Outcome::EvictedTtl),
+            let outcome = match empty {
+                true => Outcome::EvictedNoEndpoints,
+                false => Outcome::EvictedTtl,
             };
-            for item in inner
-                .queues
-                .expire(now, budget.as_millis() as u64, inner.regime_since_ms)
-            {
+            let budget =
+                |b: &pdgate_scheduler::flow::BandConfig| c.ttl(b, empty).as_millis() as u64;
+            for item in inner.queues.expire(now, budget, inner.regime_since_ms) {
                 if let Some(w) = inner.waiters.remove(&item.id) {
                     self.finished(&item, Some(w.enqueued), outcome);
                     let _ = w.tx.send(outcome);
@@ -338,6 +359,17 @@ impl FlowController {
             self.finished(&item, Some(w.enqueued), Outcome::Dispatched);
             if w.tx.send(Outcome::Dispatched).is_err() {
                 self.pending.fetch_sub(1, Ordering::AcqRel);
+            }
+        }
+        // Still blocked with requests queued: maybe evict lower, sheddable ones.
+        if let Some(ev) = &self.evictions {
+            let demand = inner
+                .queues
+                .bands()
+                .find(|(_, len, _)| *len > 0)
+                .map(|b| b.0);
+            if let Some(demand) = demand {
+                ev.reclaim(self.saturation(), self.settings.control.usage_limit, demand);
             }
         }
         self.gauges(&inner.queues);

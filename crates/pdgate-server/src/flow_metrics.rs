@@ -3,7 +3,8 @@
 //! are left out (one pool per pdgate; fairness ids are client-chosen and unbounded).
 
 use prometheus::{
-    GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts, Registry,
+    Gauge, GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts,
+    Registry,
 };
 
 /// The flow-control metrics.
@@ -23,6 +24,18 @@ pub struct FlowMetrics {
     pub stale: IntGaugeVec,
     /// `pdgate_sheddable_rejections_total`: sheddable requests refused without the gate.
     pub sheddable_rejected: IntCounterVec,
+    /// `llm_d_epp_flow_control_revocations_issued_total{priority}`: in-flight evictions
+    /// issued, by the blocked (demand) band's priority.
+    pub revocations_issued: IntCounterVec,
+    /// `llm_d_epp_flow_control_revocations_total{outcome}`: `confirmed` or `timed_out`.
+    pub revocations: IntCounterVec,
+    /// `llm_d_epp_flow_control_pending_reclaim`: saturation debited for revocations whose
+    /// effect the gauge does not show yet.
+    pub pending_reclaim: Gauge,
+    /// `llm_d_epp_flow_control_reclaim_target`: the last decision's deficit.
+    pub reclaim_target: Gauge,
+    /// `llm_d_epp_flow_control_revocation_confirmation_duration_seconds`.
+    pub confirmation: Histogram,
 }
 
 fn reg<T: prometheus::core::Collector + Clone + 'static>(r: &Registry, m: T) -> T {
@@ -103,6 +116,55 @@ impl FlowMetrics {
                          (flow-control gate off).",
                     ),
                     &["priority"],
+                )
+                .expect("valid metric"),
+            ),
+            revocations_issued: reg(
+                r,
+                IntCounterVec::new(
+                    Opts::new(
+                        "llm_d_epp_flow_control_revocations_issued_total",
+                        "In-flight eviction revocations issued, by the demand band's priority.",
+                    ),
+                    &["priority"],
+                )
+                .expect("valid metric"),
+            ),
+            revocations: reg(
+                r,
+                IntCounterVec::new(
+                    Opts::new(
+                        "llm_d_epp_flow_control_revocations_total",
+                        "Revocations by terminal outcome (confirmed, timed_out).",
+                    ),
+                    &["outcome"],
+                )
+                .expect("valid metric"),
+            ),
+            pending_reclaim: reg(
+                r,
+                Gauge::new(
+                    "llm_d_epp_flow_control_pending_reclaim",
+                    "Saturation debited for revocations not yet visible in the gauge.",
+                )
+                .expect("valid metric"),
+            ),
+            reclaim_target: reg(
+                r,
+                Gauge::new(
+                    "llm_d_epp_flow_control_reclaim_target",
+                    "The last reclamation decision's deficit (saturation - ceiling).",
+                )
+                .expect("valid metric"),
+            ),
+            confirmation: reg(
+                r,
+                Histogram::with_opts(
+                    HistogramOpts::new(
+                        "llm_d_epp_flow_control_revocation_confirmation_duration_seconds",
+                        "Time from a revocation to the end of the evicted request's stream.",
+                    )
+                    .buckets(vec![0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0]),
                 )
                 .expect("valid metric"),
             ),

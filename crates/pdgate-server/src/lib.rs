@@ -18,6 +18,7 @@ pub mod errors;
 pub mod failure;
 pub mod file_read;
 pub mod flow_control;
+pub mod flow_eviction;
 pub mod flow_key;
 pub mod flow_metrics;
 pub mod forward;

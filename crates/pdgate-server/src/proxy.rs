@@ -386,7 +386,9 @@ async fn run(
         .and_then(|id| state.sessions.lookup(id, tokio::time::Instant::now()));
     // Admission (flow control, or legacy sheddable admission) before the pick; the guard
     // counts the request as pending load until it has booked its endpoint.
-    let admission = admit(state, &client_headers, body_bytes).await?;
+    let mut admission = admit(state, &client_headers, body_bytes).await?;
+    // With `enableEviction`: the ticket that lets flow control evict this request.
+    let ticket = admission.as_mut().and_then(|a| a.take_ticket());
     let snapshot = state.registry.snapshot();
     let now = tokio::time::Instant::now();
     let avoid_open = |e: &pdgate_scheduler::Endpoint| state.breakers.is_open(&e.name, now);
@@ -453,13 +455,22 @@ async fn run(
     };
     let ctx = RequestContext::new(Some(result), split);
     let dispatcher = EngineDispatch::new(state, &ctx, &req, decision.as_ref());
-    Ok(forward::forward(
-        state,
-        &ingress(&upstream_headers, session_id.as_deref()),
-        &plan,
-        &dispatcher,
-        &ctx,
-        fallback,
-    )
-    .await)
+    let ingress = ingress(&upstream_headers, session_id.as_deref());
+    let answer = forward::forward(state, &ingress, &plan, &dispatcher, &ctx, fallback);
+    let Some(ticket) = ticket else {
+        return Ok(answer.await);
+    };
+    // Evicted before the answer began: 429 `evicted`; the legs are dropped with the future.
+    let response = tokio::select! {
+        biased;
+        r = answer => r,
+        _ = ticket.evicted() => {
+            return Err(ApiError::dropped(pdgate_scheduler::flow::Outcome::EvictedInFlight, false));
+        }
+    };
+    let sse = response
+        .headers()
+        .get(http::header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"text/event-stream"));
+    Ok(response.map(|b| Body::new(crate::flow_eviction::EvictableBody::new(b, ticket, sse))))
 }

@@ -6,10 +6,12 @@ use serde::de::{DeserializeOwned, IgnoredAny};
 use serde::Deserialize;
 use serde_yaml_ng::Value;
 
-/// API versions accepted in `apiVersion` (current llm-d, and the older
-/// gateway-api-inference-extension group).
+/// API versions accepted in `apiVersion`: llm-d's `v1alpha1` (first: the effective config
+/// writes it, which every llm-d release reads) and `v1` (the same fields, as far as pdgate
+/// reads them), and the older gateway-api-inference-extension group.
 pub const API_VERSIONS: &[&str] = &[
     "llm-d.ai/v1alpha1",
+    "llm-d.ai/v1",
     "inference.networking.x-k8s.io/v1alpha1",
 ];
 /// The only accepted `kind`.

@@ -12,17 +12,22 @@
 //!   defaultNegativePriorityBand: {maxRequests: 50}
 //!   priorityBands:
 //!   - {priority: 100, maxRequests: 500, fairnessPolicyRef: round-robin-fairness-policy,
-//!      orderingPolicyRef: fcfs-ordering-policy}
+//!      orderingPolicyRef: fcfs-ordering-policy, defaultRequestTTL: 5s}
 //!   usageLimitPolicyPluginRef: static-usage-limit-policy
+//!   bandSelectionPolicyPluginRef: strict-band-selection-policy
 //!   saturationDetector: {pluginRef: utilization-detector}
+//!   enableEviction: false              # true: dispatched sheddable requests may be evicted
 //! ```
+//!
+//! A band's own `defaultRequestTTL` replaces the global one while the pool has endpoints;
+//! `noEndpointRequestTTL` stays global (llm-d `apix/config/v1` `PriorityBandConfig`).
 //!
 //! Bands: each listed band, priority 0 always, and any other priority a request carries
 //! (from `--inference-objective`) built from `defaultNegativePriorityBand` (priority < 0, when
 //! set) or `defaultPriorityBand`. A band's `maxBytes` defaults to 1,000,000,000 bytes and
 //! `maxRequests` to 5,000 (0 means the default), fairness to `global-strict-fairness-policy`,
-//! ordering to `fcfs-ordering-policy`. `enableEviction: true` is refused (pdgate does not
-//! revoke dispatched requests).
+//! ordering to `fcfs-ordering-policy`. `enableEviction: true` turns on in-flight eviction
+//! ([`super::eviction`]).
 
 use super::detector::{SaturationDetector, UtilizationDetector};
 use super::duration::GoDuration;
@@ -52,6 +57,9 @@ pub struct BandConfig {
     pub fairness: Fairness,
     /// How a flow orders its items.
     pub ordering: Ordering,
+    /// The band's own queue-wait budget while the pool has endpoints (`defaultRequestTTL`
+    /// of the band); `None` = the global one.
+    pub ttl: Option<Duration>,
 }
 
 /// The `flowControl` section, resolved (defaults filled, references checked).
@@ -73,6 +81,9 @@ pub struct FlowControlConfig {
     pub negative_band: BandConfig,
     /// Dispatch stops while saturation ≥ this (`static-usage-limit-policy`).
     pub usage_limit: f64,
+    /// `enableEviction`: dispatched sheddable requests may be evicted to unblock higher
+    /// priorities ([`super::eviction`]).
+    pub enable_eviction: bool,
 }
 
 impl Default for FlowControlConfig {
@@ -83,6 +94,7 @@ impl Default for FlowControlConfig {
             max_requests: DEFAULT_BAND_MAX_REQUESTS,
             fairness: Fairness::default(),
             ordering: Ordering::default(),
+            ttl: None,
         };
         FlowControlConfig {
             max_bytes: 0,
@@ -93,6 +105,7 @@ impl Default for FlowControlConfig {
             default_band: band,
             negative_band: band,
             usage_limit: 1.0,
+            enable_eviction: false,
         }
     }
 }
@@ -113,6 +126,16 @@ impl FlowControlConfig {
                     self.default_band
                 }
             })
+    }
+
+    /// The queue-wait budget of `band` while the pool has endpoints (`pool_empty` false) or
+    /// has none: the band's own `defaultRequestTTL`, else the global one; with no endpoints
+    /// always `noEndpointRequestTTL`. Zero = no limit.
+    pub fn ttl(&self, band: &BandConfig, pool_empty: bool) -> Duration {
+        match pool_empty {
+            true => self.no_endpoint_ttl,
+            false => band.ttl.unwrap_or(self.default_ttl),
+        }
     }
 }
 
@@ -184,6 +207,7 @@ pub struct RawFlowControl {
     #[serde(default)]
     priority_bands: Vec<RawBand>,
     usage_limit_policy_plugin_ref: Option<String>,
+    band_selection_policy_plugin_ref: Option<String>,
     saturation_detector: Option<RawRef>,
     enable_eviction: Option<bool>,
 }
@@ -195,6 +219,8 @@ struct RawBand {
     priority: Option<i32>,
     max_bytes: Option<Quantity>,
     max_requests: Option<Quantity>,
+    #[serde(rename = "defaultRequestTTL")]
+    default_request_ttl: Option<GoDuration>,
     fairness_policy_ref: Option<String>,
     ordering_policy_ref: Option<String>,
 }
@@ -255,7 +281,7 @@ pub fn gate(gates: &[String]) -> Result<bool, FieldError> {
 /// Resolves the sections against the declared plugins (`lookup(name)`).
 ///
 /// Errors: the first problem, with the dotted field it is about: a reference to an undefined
-/// plugin or to one of the wrong kind, a duplicate band, `enableEviction: true`.
+/// plugin or to one of the wrong kind, a duplicate band.
 pub fn resolve(
     raw: RawSections,
     lookup: &dyn Fn(&str) -> Option<Declared>,
@@ -267,12 +293,6 @@ pub fn resolve(
     let mut warnings = Vec::new();
     let fc = raw.flow_control.unwrap_or_default();
     let fc_usage_ref = fc.usage_limit_policy_plugin_ref.clone();
-    if fc.enable_eviction == Some(true) {
-        return Err((
-            "flowControl.enableEviction".into(),
-            "in-flight eviction is not supported by pdgate (set it to false or remove it)".into(),
-        ));
-    }
     // The detector: flowControl.saturationDetector, else the deprecated top-level one.
     let mut detector_ref = fc
         .saturation_detector
@@ -347,6 +367,17 @@ pub fn resolve(
             ))
         }
     };
+    let band_ref = "flowControl.bandSelectionPolicyPluginRef";
+    match policy(band_ref, &fc.band_selection_policy_plugin_ref)? {
+        None | Some(FlowPolicy::BandSelection) => {}
+        Some(_) => {
+            return Err((
+                band_ref.into(),
+                "the plugin is not a band-selection policy (e.g. `strict-band-selection-policy`)"
+                    .into(),
+            ))
+        }
+    }
     let band = |field: &str, raw: &RawBand, base: BandConfig| -> Result<BandConfig, FieldError> {
         let fairness = match policy(
             &format!("{field}.fairnessPolicyRef"),
@@ -381,6 +412,7 @@ pub fn resolve(
             max_requests: or(raw.max_requests, base.max_requests),
             fairness,
             ordering,
+            ttl: raw.default_request_ttl.map(|d| d.0).or(base.ttl),
         })
     };
     let base = FlowControlConfig::default().default_band;
@@ -432,6 +464,7 @@ pub fn resolve(
         default_band,
         negative_band,
         usage_limit,
+        enable_eviction: fc.enable_eviction.unwrap_or(false),
     };
     let section_set = control != FlowControlConfig::default();
     if !gate && section_set {

@@ -107,9 +107,40 @@ fn references_defaults_and_errors() {
     )
     .unwrap();
     assert_eq!(s.detector.type_name(), "concurrency-detector");
-    assert!(err("flowControl:\n  enableEviction: true\n")
-        .1
-        .contains("not supported"));
+    // llm-d v1: eviction, a band's own TTL, the band-selection policy.
+    let s = resolve(
+        sections(
+            "flowControl:\n  enableEviction: true\n  bandSelectionPolicyPluginRef: \
+             strict-band-selection-policy\n  defaultRequestTTL: 30s\n  priorityBands:\n  \
+             - {priority: 7, defaultRequestTTL: 2s}\n  - {priority: 3}\n",
+        ),
+        &none,
+    )
+    .unwrap();
+    assert!(s.control.enable_eviction);
+    assert_eq!(s.control.band(7).ttl, Some(Duration::from_secs(2)));
+    assert_eq!(
+        s.control.ttl(&s.control.band(7), false),
+        Duration::from_secs(2)
+    );
+    assert_eq!(
+        s.control.ttl(&s.control.band(3), false),
+        Duration::from_secs(30)
+    );
+    assert_eq!(
+        s.control.ttl(&s.control.band(7), true),
+        Duration::from_secs(30)
+    );
+    assert!(
+        err("flowControl:\n  bandSelectionPolicyPluginRef: fcfs-ordering-policy\n")
+            .1
+            .contains("not a band-selection policy")
+    );
+    assert!(
+        err("flowControl:\n  bandSelectionPolicyPluginRef: lottery\n")
+            .1
+            .contains("`lottery` not found")
+    );
     // A section without the gate loads, with a warning.
     let s = resolve(sections("flowControl:\n  maxBytes: \"1024\"\n"), &lookup).unwrap();
     assert!(!s.gate && s.warnings.len() == 1);

@@ -32,6 +32,9 @@ pub(super) fn effective_section(
         m.insert("maxRequests".into(), Value::from(b.max_requests));
         m.insert("fairnessPolicyRef".into(), fairness(b.fairness).into());
         m.insert("orderingPolicyRef".into(), ordering(b.ordering).into());
+        if let Some(t) = b.ttl {
+            m.insert("defaultRequestTTL".into(), format(t).into());
+        }
         Value::Mapping(m)
     };
     let mut m = Mapping::new();
@@ -56,6 +59,11 @@ pub(super) fn effective_section(
         Value::Sequence(c.bands.iter().map(|b| band(b, true)).collect()),
     );
     m.insert("usageLimitPolicyPluginRef".into(), usage.into());
+    m.insert(
+        "bandSelectionPolicyPluginRef".into(),
+        super::plugins::STRICT_BAND_SELECTION.name.into(),
+    );
+    m.insert("enableEviction".into(), c.enable_eviction.into());
     if let Some(d) = detector {
         let mut r = Mapping::new();
         r.insert("pluginRef".into(), d.into());

@@ -19,6 +19,7 @@ pub mod config;
 pub mod detector;
 pub mod duration;
 mod effective;
+pub mod eviction;
 pub mod plugins;
 pub mod quantity;
 pub mod queues;
@@ -57,6 +58,9 @@ pub enum Outcome {
     EvictedContextCancelled,
     /// Removed for another reason (shutdown).
     EvictedOther,
+    /// Dispatched, then evicted to unblock a higher band (`enableEviction`,
+    /// [`eviction`]); counted by the revocation metrics, not as a queue outcome.
+    EvictedInFlight,
 }
 
 impl Outcome {
@@ -71,6 +75,7 @@ impl Outcome {
             Outcome::EvictedNoEndpoints => "EvictedNoEndpoints",
             Outcome::EvictedContextCancelled => "EvictedContextCancelled",
             Outcome::EvictedOther => "EvictedOther",
+            Outcome::EvictedInFlight => "EvictedInFlight",
         }
     }
 
@@ -87,6 +92,7 @@ impl Outcome {
                 Some((503, "rejected-no-endpoints"))
             }
             Outcome::RejectedOther | Outcome::EvictedOther => Some((503, "rejected-shutting-down")),
+            Outcome::EvictedInFlight => Some((429, "evicted")),
         }
     }
 }
@@ -114,6 +120,10 @@ mod tests {
             Some((503, "rejected-shutting-down"))
         );
         assert_eq!(Outcome::EvictedContextCancelled.client_answer(), None);
+        assert_eq!(
+            Outcome::EvictedInFlight.client_answer(),
+            Some((429, "evicted"))
+        );
         assert_eq!(Outcome::EvictedTtl.as_str(), "EvictedTTL");
         assert!(sheddable(-1) && !sheddable(0));
     }

@@ -11,6 +11,8 @@
 //! - `slo-deadline-ordering-policy`: earliest `received + x-llm-d-slo-ttft-ms` (alias
 //!   `x-slo-ttft-ms`) first; a missing or bad header → last.
 //! - `static-usage-limit-policy` {threshold 1.0}: dispatch stops while saturation ≥ threshold.
+//! - `strict-band-selection-policy` (default of `bandSelectionPolicyPluginRef`): bands get
+//!   their turn from the highest priority down — the only band order pdgate has.
 
 use crate::registry::{
     decode, effective, BuildCtx, Built, NoParams, PluginError, PluginType, Stage,
@@ -52,6 +54,8 @@ pub enum FlowPolicy {
         /// The ceiling (default 1.0).
         threshold: f64,
     },
+    /// A band-selection policy (`strict-band-selection-policy`: highest priority first).
+    BandSelection,
 }
 
 macro_rules! policy {
@@ -102,6 +106,12 @@ policy!(
     build_slo,
     FlowPolicy::Ordering(Ordering::SloDeadline)
 );
+policy!(
+    STRICT_BAND_SELECTION,
+    "strict-band-selection-policy",
+    build_strict_bands,
+    FlowPolicy::BandSelection
+);
 
 /// `static-usage-limit-policy` parameters.
 #[derive(Debug, Deserialize, Serialize)]
@@ -144,6 +154,7 @@ pub static TYPES: &[PluginType] = &[
     EDF,
     SLO_DEADLINE,
     STATIC_USAGE_LIMIT,
+    STRICT_BAND_SELECTION,
     super::detector::UTILIZATION,
     super::detector::CONCURRENCY,
 ];

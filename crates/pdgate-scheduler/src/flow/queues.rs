@@ -196,18 +196,24 @@ impl Queues {
         self.take(b, &flow, k)
     }
 
-    /// Removes and returns the items that waited their budget: those with
-    /// `now_ms ≥ max(enqueued_ms, since_ms) + budget_ms` (`since_ms`: when the pool last
-    /// went from empty to not or back; a zero budget never expires).
-    pub fn expire(&mut self, now_ms: u64, budget_ms: u64, since_ms: u64) -> Vec<Item> {
-        if budget_ms == 0 || self.len == 0 {
+    /// Removes and returns the items that waited their band's budget: those with
+    /// `now_ms ≥ max(enqueued_ms, since_ms) + budget_ms(band)`, ms (`since_ms`: when the pool
+    /// last went from empty to not or back; a zero budget never expires).
+    pub fn expire(
+        &mut self,
+        now_ms: u64,
+        budget_ms: impl Fn(&BandConfig) -> u64,
+        since_ms: u64,
+    ) -> Vec<Item> {
+        if self.len == 0 {
             return Vec::new();
         }
         let due: Vec<(usize, Arc<str>, (u64, u64))> = self
             .bands
             .iter()
             .enumerate()
-            .flat_map(|(b, band)| {
+            .filter_map(|(b, band)| Some((b, band, Some(budget_ms(&band.cfg)).filter(|&t| t > 0)?)))
+            .flat_map(|(b, band, budget_ms)| {
                 band.flows.iter().flat_map(move |(f, q)| {
                     q.iter()
                         .filter(move |(_, it)| {

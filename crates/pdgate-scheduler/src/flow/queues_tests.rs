@@ -106,15 +106,48 @@ fn expiry_and_removal() {
     q.enqueue(item(3, 0, "a", 900)).unwrap();
     assert_eq!(q.remove(3).map(|i| i.id), Some(3));
     assert_eq!(q.remove(3), None);
-    assert!(q.expire(999, 1000, 0).is_empty());
-    let gone: Vec<u64> = q.expire(1000, 1000, 0).iter().map(|i| i.id).collect();
+    assert!(q.expire(999, |_| 1000, 0).is_empty());
+    let gone: Vec<u64> = q.expire(1000, |_| 1000, 0).iter().map(|i| i.id).collect();
     assert_eq!(gone, vec![1]);
     // A regime change at 800 restarts the clock: item 2 is due at 1800, not 1500.
-    assert!(q.expire(1700, 1000, 800).is_empty());
-    assert_eq!(q.expire(1800, 1000, 800).len(), 1);
+    assert!(q.expire(1700, |_| 1000, 800).is_empty());
+    assert_eq!(q.expire(1800, |_| 1000, 800).len(), 1);
     // A zero budget never expires.
     q.enqueue(item(4, 0, "a", 0)).unwrap();
-    assert!(q.expire(u64::MAX, 0, 0).is_empty());
+    assert!(q.expire(u64::MAX, |_| 0, 0).is_empty());
     assert_eq!(q.drain().len(), 1);
     assert!(q.is_empty());
+}
+
+#[test]
+fn a_band_ttl_replaces_the_global_one_while_the_pool_has_endpoints() {
+    let mut c = FlowControlConfig::default();
+    c.bands.insert(
+        0,
+        crate::flow::BandConfig {
+            priority: 10,
+            ttl: Some(std::time::Duration::from_millis(200)),
+            ..c.default_band
+        },
+    );
+    c.default_ttl = std::time::Duration::from_millis(1000);
+    c.no_endpoint_ttl = std::time::Duration::from_millis(5000);
+    let mut q = Queues::new(&c, []);
+    q.enqueue(item(1, 10, "a", 0)).unwrap();
+    q.enqueue(item(2, 0, "a", 0)).unwrap();
+    let with_endpoints = |b: &crate::flow::BandConfig| c.ttl(b, false).as_millis() as u64;
+    assert!(q.expire(199, with_endpoints, 0).is_empty());
+    assert_eq!(
+        q.expire(200, with_endpoints, 0)
+            .iter()
+            .map(|i| i.id)
+            .collect::<Vec<_>>(),
+        vec![1]
+    );
+    assert!(q.expire(999, with_endpoints, 0).is_empty());
+    // With no endpoints the global noEndpointRequestTTL holds for every band.
+    q.enqueue(item(3, 10, "a", 0)).unwrap();
+    let empty = |b: &crate::flow::BandConfig| c.ttl(b, true).as_millis() as u64;
+    assert!(q.expire(4999, empty, 0).is_empty());
+    assert_eq!(q.expire(5000, empty, 0).len(), 2);
 }

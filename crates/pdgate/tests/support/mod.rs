@@ -99,19 +99,31 @@ pub async fn send_to(
 /// POSTs `body` (a streamed request) as JSON to `{url}/v1/completions`; returns the status,
 /// the `x-pdgate-pd-mode` header (empty when absent) and the whole body as text.
 pub async fn stream_text(url: &str, body: &Value) -> (u16, String, String) {
-    let resp = reqwest::Client::new()
+    stream_read(url, &[], body, "x-pdgate-pd-mode").await
+}
+
+/// POSTs `body` as JSON to `{url}/v1/completions` with the extra `headers`; returns the
+/// status, the response header `read` (empty when absent) and the whole body as text.
+pub async fn stream_read(
+    url: &str,
+    headers: &[(&str, &str)],
+    body: &Value,
+    read: &str,
+) -> (u16, String, String) {
+    let mut req = reqwest::Client::new()
         .post(format!("{url}/v1/completions"))
-        .json(body)
-        .send()
-        .await
-        .unwrap();
+        .json(body);
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let resp = req.send().await.unwrap();
     let status = resp.status().as_u16();
-    let mode = resp
+    let value = resp
         .headers()
-        .get("x-pdgate-pd-mode")
+        .get(read)
         .map(|v| v.to_str().unwrap().to_string())
         .unwrap_or_default();
-    (status, mode, resp.text().await.unwrap())
+    (status, value, resp.text().await.unwrap())
 }
 
 /// A completions body for model `pdgate-sim`: the `len` token ids `first..first + len` and
