@@ -185,6 +185,19 @@ impl FlowController {
         s.effective
     }
 
+    /// Up to when the detector's view of the schedulable endpoints is current (ms,
+    /// [`pdgate_scheduler::monotonic_ms`]).
+    fn gauges_as_of(&self) -> u64 {
+        let snap = self.registry.snapshot();
+        let live: Vec<_> = snap
+            .endpoints
+            .iter()
+            .filter(|e| e.endpoint.schedulable())
+            .collect();
+        let now = pdgate_scheduler::monotonic_ms();
+        self.settings.detector.gauges_as_of(&live, now)
+    }
+
     fn finished(&self, item: &Item, enqueued: Option<Instant>, outcome: Outcome) {
         let p = item.priority.to_string();
         let labels = [outcome.as_str(), p.as_str()];
@@ -369,7 +382,8 @@ impl FlowController {
                 .find(|(_, len, _)| *len > 0)
                 .map(|b| b.0);
             if let Some(demand) = demand {
-                ev.reclaim(self.saturation(), self.settings.control.usage_limit, demand);
+                let limit = self.settings.control.usage_limit;
+                ev.reclaim(self.saturation(), limit, demand, self.gauges_as_of());
             }
         }
         self.gauges(&inner.queues);
@@ -391,6 +405,9 @@ impl FlowController {
             }
             if idle {
                 self.saturation();
+                if let Some(ev) = &self.evictions {
+                    ev.sweep(self.gauges_as_of());
+                }
             }
         }
     }

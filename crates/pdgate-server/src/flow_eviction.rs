@@ -59,7 +59,6 @@ struct State {
 pub struct Evictions {
     state: Mutex<State>,
     metrics: FlowMetrics,
-    start: Instant,
 }
 
 impl Evictions {
@@ -72,12 +71,12 @@ impl Evictions {
                 next_id: 1,
             }),
             metrics,
-            start: Instant::now(),
         })
     }
 
+    /// The clock of the gauges' scrape times ([`pdgate_scheduler::monotonic_ms`]).
     fn now_ms(&self) -> u64 {
-        self.start.elapsed().as_millis() as u64
+        pdgate_scheduler::monotonic_ms()
     }
 
     /// Tracks a request of `priority` just dispatched.
@@ -111,13 +110,15 @@ impl Evictions {
         }
     }
 
-    /// One reclamation decision (called by the dispatcher when its highest queued band, of
-    /// `demand_priority`, is blocked at `saturation` over `ceiling`): evicts the chosen
-    /// requests and counts them.
-    pub fn reclaim(&self, saturation: f64, ceiling: f64, demand_priority: i32) {
-        let now = self.now_ms();
+    /// Retires timed-out revocations and expired debits (gauges current up to `gauges_ms`)
+    /// and refreshes the gauge; the dispatcher calls it while idle too.
+    pub fn sweep(&self, gauges_ms: u64) {
         let mut s = self.state.lock();
-        let (_, timed_out) = s.rule.gate_open(now);
+        self.sweep_locked(&mut s, gauges_ms);
+    }
+
+    fn sweep_locked(&self, s: &mut State, gauges_ms: u64) {
+        let (_, timed_out) = s.rule.gate_open(self.now_ms(), gauges_ms);
         if timed_out > 0 {
             self.metrics
                 .revocations
@@ -125,8 +126,20 @@ impl Evictions {
                 .inc_by(timed_out as u64);
             tracing::warn!(timed_out, "evicted requests did not end in time");
         }
-        let Some(d) = s.rule.decide(now, saturation, ceiling, demand_priority) else {
-            self.metrics.pending_reclaim.set(s.rule.pending_reclaim());
+        self.metrics.pending_reclaim.set(s.rule.pending_reclaim());
+    }
+
+    /// One reclamation decision (called by the dispatcher when its highest queued band, of
+    /// `demand_priority`, is blocked at `saturation` over `ceiling`, with the detector's
+    /// gauges current up to `gauges_ms`): evicts the chosen requests and counts them.
+    pub fn reclaim(&self, saturation: f64, ceiling: f64, demand_priority: i32, gauges_ms: u64) {
+        let now = self.now_ms();
+        let mut s = self.state.lock();
+        self.sweep_locked(&mut s, gauges_ms);
+        let Some(d) = s
+            .rule
+            .decide(now, gauges_ms, saturation, ceiling, demand_priority)
+        else {
             return;
         };
         for id in &d.victims {
@@ -183,7 +196,7 @@ impl Drop for InFlight {
 }
 
 /// A response body that ends when its request is evicted: an SSE body with an error event
-/// (`code` 429, `type` `evicted`) and `[DONE]`, another with an error. Holds the
+/// (`code` 429, the 429 body's message) and `[DONE]`, another with an error. Holds the
 /// [`InFlight`] ticket, so the tracking lasts exactly as long as the answer.
 pub struct EvictableBody<B> {
     inner: Option<B>,
@@ -202,15 +215,14 @@ impl<B> EvictableBody<B> {
     }
 }
 
-/// The SSE error event an evicted stream ends with.
+/// The SSE error event an evicted stream ends with: the same error object a client gets
+/// as a 429 body when evicted before its answer began.
 fn evicted_event() -> bytes::Bytes {
-    let body = pdgate_api::ErrorBody::new(429, "request evicted by flow control");
-    let mut error = serde_json::to_value(body.error).unwrap_or_default();
-    error["type"] = "evicted".into();
+    let e =
+        crate::errors::ApiError::dropped(pdgate_scheduler::flow::Outcome::EvictedInFlight, false);
+    let body = pdgate_api::ErrorBody::new(e.status().as_u16(), e.to_string());
     let mut out = b"data: ".to_vec();
-    out.extend_from_slice(
-        &serde_json::to_vec(&serde_json::json!({ "error": error })).unwrap_or_default(),
-    );
+    out.extend_from_slice(&body.to_bytes());
     out.extend_from_slice(b"\n\ndata: [DONE]\n\n");
     bytes::Bytes::from(out)
 }

@@ -199,6 +199,7 @@ impl Metrics {
         .expect("valid metric");
         cache_info.set(1);
         m.request_success.with_label_values(&["length"]);
+        m.request_success.with_label_values(&["abort"]);
         m.handoffs.with_label_values(&["ok"]);
         m.pulls.with_label_values(&["ok"]);
         m.ec_handoffs.with_label_values(&["ok"]);

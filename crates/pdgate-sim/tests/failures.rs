@@ -128,3 +128,36 @@ async fn client_gone_releases_blocks() {
     .await;
     assert_eq!(w.stats().cancelled, 1);
 }
+
+/// Regression (adversarial try of eviction): a streamed request still waiting for a batch
+/// slot kept its place in the queue after its client left, and `num_requests_waiting` with it,
+/// until its first token failed to write; vLLM aborts on disconnect.
+#[tokio::test]
+async fn a_client_gone_while_waiting_leaves_the_queue() {
+    let cfg = SimConfig {
+        speedup: 1.0,
+        max_num_seqs: 1,
+        ..SimConfig::default()
+    };
+    let w = worker(WorkerSpec::new("agg-0", "prefill-decode"), cfg).await;
+    let open = |first: u32| {
+        reqwest::Client::new()
+            .post(format!("{}/v1/completions", w.url()))
+            .json(&json!({"model": "pdgate-sim", "prompt": tokens(first, 16), "max_tokens": 2000, "stream": true}))
+            .send()
+    };
+    let _running = open(1).await.unwrap();
+    let waiting = open(100).await.unwrap();
+    wait_until(
+        || w.stats().running == 1 && w.stats().waiting == 1,
+        || format!("not queued: {:?}", w.stats()),
+    )
+    .await;
+    drop(waiting);
+    wait_until(
+        || w.stats().waiting == 0,
+        || format!("the waiting request stayed: {:?}", w.stats()),
+    )
+    .await;
+    assert_eq!((w.stats().cancelled, w.stats().running), (1, 1));
+}

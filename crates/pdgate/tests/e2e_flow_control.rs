@@ -1,71 +1,25 @@
 //! Flow control (issue 10 item 6) against simulator workers: queueing under the
 //! concurrency detector, band limits, priority order, TTL expiry, client disconnect, no
-//! endpoints, legacy sheddable admission without the gate, and in-flight eviction
-//! (`enableEviction`). The engine-side claims (never more than `maxConcurrency` requests on
-//! the engine, an evicted request cancelled there) are read from the simulator.
+//! endpoints, and legacy sheddable admission without the gate (in-flight eviction:
+//! `e2e_flow_eviction`). The engine-side claims (never more than `maxConcurrency` requests on
+//! the engine) are read from the simulator.
 
 mod support;
 
 use pdgate_scenario::fleet;
-use pdgate_server::flow_control::Objectives;
 use pdgate_server::ServerHandle;
-use pdgate_sim::WorkerHandle;
 use std::time::{Duration, Instant};
+use support::flow::*;
 use support::*;
-
-fn config(gate: bool, max_concurrency: u32, flow: &str) -> String {
-    format!(
-        "apiVersion: llm-d.ai/v1alpha1
-kind: EndpointPickerConfig
-{gates}plugins:
-- type: concurrency-detector
-  parameters: {{maxConcurrency: {max_concurrency}}}
-- type: queue-scorer
-- type: max-score-picker
-flowControl:
-  saturationDetector: {{pluginRef: concurrency-detector}}
-{flow}schedulingProfiles:
-- name: default
-  plugins: [{{pluginRef: queue-scorer}}, {{pluginRef: max-score-picker}}]
-",
-        gates = if gate {
-            "featureGates: [flowControl]\n"
-        } else {
-            ""
-        },
-    )
-}
-
-async fn fleet_with(yaml: &str, objectives: &[&str]) -> (WorkerHandle, ServerHandle) {
-    let w = sim_worker(spec("w0", "decode", None), sim_config(1.0)).await;
-    let objectives =
-        Objectives::parse(&objectives.iter().map(|s| s.to_string()).collect::<Vec<_>>()).unwrap();
-    let r = fleet::router_with(endpoints([&w]), yaml, |o| o.objectives = objectives)
-        .await
-        .unwrap();
-    (w, r)
-}
 
 /// Sends a request of `max_tokens` (prompt ids from `first`) and waits until the router has
 /// booked it: the engine's one slot is then taken.
 async fn occupy(r: &ServerHandle, first: u32, max_tokens: u32) -> tokio::task::JoinHandle<Reply> {
     let u = url(r);
-    let h = tokio::spawn(async move { send(&u, &[], &body(first, 16, max_tokens)).await });
-    wait_until(Duration::from_secs(5), "a request booked", || {
-        r.state.in_flight_total() == 1
+    hold(r, 1, async move {
+        send(&u, &[], &body(first, 16, max_tokens)).await
     })
-    .await;
-    h
-}
-
-/// `llm_d_epp_flow_control_requests_total{outcome, priority}` in `m`.
-fn outcomes(m: &str, outcome: &str, priority: i32) -> u64 {
-    metric(
-        m,
-        &format!(
-            "llm_d_epp_flow_control_requests_total{{outcome=\"{outcome}\",priority=\"{priority}\"}}"
-        ),
-    )
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -340,149 +294,4 @@ async fn a_split_request_releases_its_prefill_booking_when_the_prefill_answers()
     assert_eq!(reply.status, 200, "{reply:?}");
     assert_eq!(reply.header("x-pdgate-pd-mode"), "split");
     assert_eq!(r.state.in_flight_total(), 0);
-}
-
-/// A streamed completion with `headers`: the status, the dropped-reason header, the text.
-async fn stream_with(
-    u: &str,
-    headers: &[(&str, &str)],
-    mut b: serde_json::Value,
-) -> (u16, String, String) {
-    b["stream"] = true.into();
-    stream_read(u, headers, &b, "x-llm-d-request-dropped-reason").await
-}
-
-/// Spawns `req` and waits until the router has `n` requests booked (it is then running).
-async fn hold<T: Send + 'static>(
-    r: &ServerHandle,
-    n: u32,
-    req: impl std::future::Future<Output = T> + Send + 'static,
-) -> tokio::task::JoinHandle<T> {
-    let h = tokio::spawn(req);
-    wait_until(Duration::from_secs(5), "a request booked", || {
-        r.state.in_flight_total() == n
-    })
-    .await;
-    h
-}
-
-const BATCH: (&str, &str) = ("x-llm-d-inference-objective", "batch");
-const CHAT: (&str, &str) = ("x-llm-d-inference-objective", "chat");
-
-/// `llm_d_epp_flow_control_revocations_issued_total` for the chat band (priority 10).
-fn issued_for_chat(m: &str) -> u64 {
-    metric(
-        m,
-        "llm_d_epp_flow_control_revocations_issued_total{priority=\"10\"}",
-    )
-}
-
-/// One simulator worker of 2 slots (concurrency detector) behind a router with
-/// `enableEviction`, objectives chat=10 and batch=-1.
-async fn eviction_fleet() -> (WorkerHandle, ServerHandle, String) {
-    let flow = "  defaultRequestTTL: 30s\n  enableEviction: true\n";
-    let (w, r) = fleet_with(&config(true, 2, flow), &["chat=10", "batch=-1"]).await;
-    let u = url(&r);
-    (w, r, u)
-}
-
-/// `enableEviction`: both engine slots held by sheddable streams, a higher-band request
-/// queues; flow control evicts the newest sheddable stream (it ends with an `evicted` error
-/// event, and the engine cancels it), the high request is served, the older stream finishes.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn eviction_ends_the_newest_sheddable_stream_for_a_higher_band() {
-    let (w, r, u) = eviction_fleet().await;
-    let five = Duration::from_secs(5);
-    let older = hold(&r, 1, {
-        let u = u.clone();
-        async move { stream_with(&u, &[BATCH], body(0, 16, 150)).await }
-    })
-    .await;
-    let newer = hold(&r, 2, {
-        let u = u.clone();
-        async move { stream_with(&u, &[BATCH], body(1000, 16, 4000)).await }
-    })
-    .await;
-    let high = send(&u, &[CHAT], &body(5000, 16, 8)).await;
-    assert_eq!(high.status, 200, "{high:?}");
-    let (status, _, text) = newer.await.unwrap();
-    assert_eq!(status, 200);
-    assert!(text.contains("\"type\":\"evicted\""), "{text}");
-    assert!(text.contains("\"code\":429"), "{text}");
-    assert!(text.ends_with("data: [DONE]\n\n"), "{text}");
-    let (status, _, text) = older.await.unwrap();
-    assert_eq!(status, 200);
-    assert!(
-        !text.contains("evicted") && text.ends_with("data: [DONE]\n\n"),
-        "{text}"
-    );
-    // The engine's side: the evicted request was cancelled there; the two others completed.
-    wait_until(five, "engine cancelled the evicted one", || {
-        w.stats().cancelled == 1
-    })
-    .await;
-    assert_eq!(w.stats().completions, 2);
-    let m = metrics(&u).await;
-    assert_eq!(issued_for_chat(&m), 1, "{m}");
-    assert_eq!(
-        metric(
-            &m,
-            "llm_d_epp_flow_control_revocations_total{outcome=\"confirmed\"}"
-        ),
-        1,
-        "{m}"
-    );
-    assert_eq!(r.state.in_flight_total(), 0);
-}
-
-/// Evicted before its answer began (a non-streamed request waits for the whole answer):
-/// 429 `evicted`, as llm-d's ImmediateResponse; a non-sheddable request is never a victim.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_evicted_request_without_an_answer_yet_gets_429_evicted() {
-    let (w, r, u) = eviction_fleet().await;
-    let five = Duration::from_secs(5);
-    // A default-band (priority 0) request and a sheddable one hold the two slots.
-    let normal = hold(&r, 1, {
-        let u = u.clone();
-        async move { send(&u, &[], &body(0, 16, 150)).await }
-    })
-    .await;
-    let shed = hold(&r, 2, {
-        let u = u.clone();
-        async move { send(&u, &[BATCH], &body(1000, 16, 4000)).await }
-    })
-    .await;
-    let high = send(&u, &[CHAT], &body(5000, 16, 8)).await;
-    assert_eq!(high.status, 200, "{high:?}");
-    let shed = shed.await.unwrap();
-    assert_eq!(shed.status, 429, "{shed:?}");
-    assert_eq!(shed.header("x-llm-d-request-dropped-reason"), "evicted");
-    assert_eq!(
-        shed.body["error"]["message"], "request evicted by flow control (evicted)",
-        "{shed:?}"
-    );
-    assert_eq!(normal.await.unwrap().status, 200);
-    wait_until(five, "engine cancelled the evicted one", || {
-        w.stats().cancelled == 1
-    })
-    .await;
-    assert_eq!(w.stats().completions, 2);
-    // Without a sheddable request in flight nothing is evicted: the high one waits its turn.
-    let a = tokio::spawn({
-        let u = u.clone();
-        async move { send(&u, &[], &body(0, 16, 100)).await }
-    });
-    let b = hold(&r, 2, {
-        let u = u.clone();
-        async move { send(&u, &[], &body(2000, 16, 100)).await }
-    })
-    .await;
-    assert_eq!(send(&u, &[CHAT], &body(6000, 16, 8)).await.status, 200);
-    assert_eq!(
-        (a.await.unwrap().status, b.await.unwrap().status),
-        (200, 200)
-    );
-    assert_eq!(w.stats().cancelled, 1);
-    let m = metrics(&u).await;
-    assert_eq!(issued_for_chat(&m), 1, "{m}");
 }

@@ -141,8 +141,8 @@ pub fn parse(yaml: &str, source: &str) -> Result<Parsed, ConfigError> {
             return Err(error(
                 None,
                 format!(
-                    "apiVersion `{v}` is not supported, expected `{}`",
-                    API_VERSIONS[0]
+                    "apiVersion `{v}` is not supported, expected one of `{}`",
+                    API_VERSIONS.join("`, `")
                 ),
             ));
         }

@@ -37,6 +37,14 @@ use serde::Deserialize;
 use std::sync::Arc;
 use std::time::Duration;
 
+/// llm-d flow-control policy types pdgate does not implement: named as such when a config
+/// refers to one by its type (with a `plugins:` entry the registry refuses it the same way).
+pub const UNSUPPORTED_FLOW_TYPES: &[&str] = &[
+    "priority-holdback-policy",
+    "soft-reflective-ceiling-policy",
+    "program-aware-fairness",
+];
+
 /// Default band `maxBytes` (llm-d: 1 GB).
 pub const DEFAULT_BAND_MAX_BYTES: u64 = 1_000_000_000;
 /// Default band `maxRequests` (llm-d: 5000).
@@ -210,6 +218,8 @@ pub struct RawFlowControl {
     band_selection_policy_plugin_ref: Option<String>,
     saturation_detector: Option<RawRef>,
     enable_eviction: Option<bool>,
+    /// llm-d v1's alpha endpoint gate: refused, named.
+    endpoint_gate_plugin_ref: Option<String>,
 }
 
 /// A band as written.
@@ -293,6 +303,12 @@ pub fn resolve(
     let mut warnings = Vec::new();
     let fc = raw.flow_control.unwrap_or_default();
     let fc_usage_ref = fc.usage_limit_policy_plugin_ref.clone();
+    if fc.endpoint_gate_plugin_ref.is_some() {
+        return Err((
+            "flowControl.endpointGatePluginRef".into(),
+            "the endpoint gate (alpha in llm-d) is not supported by pdgate; remove it".into(),
+        ));
+    }
     // The detector: flowControl.saturationDetector, else the deprecated top-level one.
     let mut detector_ref = fc
         .saturation_detector
@@ -350,6 +366,10 @@ pub fn resolve(
             Some(_) => Err((
                 field.into(),
                 format!("plugin `{name}` is not a flow-control policy"),
+            )),
+            None if UNSUPPORTED_FLOW_TYPES.contains(&name.as_str()) => Err((
+                field.into(),
+                format!("unsupported plugin type `{name}` (an llm-d flow-control policy pdgate does not implement)"),
             )),
             None => Err((field.into(), format!("plugin `{name}` not found"))),
         }

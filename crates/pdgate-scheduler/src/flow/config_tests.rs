@@ -141,6 +141,12 @@ fn references_defaults_and_errors() {
             .1
             .contains("`lottery` not found")
     );
+    // Regression (adversarial try): an llm-d policy pdgate lacks read like a typo.
+    assert!(
+        err("flowControl:\n  usageLimitPolicyPluginRef: priority-holdback-policy\n")
+            .1
+            .contains("unsupported plugin type `priority-holdback-policy`")
+    );
     // A section without the gate loads, with a warning.
     let s = resolve(sections("flowControl:\n  maxBytes: \"1024\"\n"), &lookup).unwrap();
     assert!(!s.gate && s.warnings.len() == 1);

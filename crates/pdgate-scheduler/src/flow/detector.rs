@@ -38,6 +38,13 @@ pub trait SaturationDetector: Send + Sync {
     fn stale(&self, _endpoints: &[&Arc<EndpointState>], _now_ms: u64) -> usize {
         0
     }
+    /// Time (ms, [`monotonic_ms`]) up to which this detector's view of `endpoints` is
+    /// current: `now_ms` for one that reads the router's own bookings; the oldest scrape for
+    /// one that reads engine gauges. Eviction waits for it to pass a confirmation, so a
+    /// decision never reads gauges taken before the last evicted request ended.
+    fn gauges_as_of(&self, _endpoints: &[&Arc<EndpointState>], now_ms: u64) -> u64 {
+        now_ms
+    }
     /// The plugin type, for metrics and logs.
     fn type_name(&self) -> &'static str;
     /// Told the engines' scrape interval at start (gauges are never fresher than that).
@@ -210,6 +217,14 @@ impl SaturationDetector for UtilizationDetector {
 
     fn stale(&self, endpoints: &[&Arc<EndpointState>], now_ms: u64) -> usize {
         endpoints.iter().filter(|e| !self.fresh(e, now_ms)).count()
+    }
+
+    fn gauges_as_of(&self, endpoints: &[&Arc<EndpointState>], _now_ms: u64) -> u64 {
+        endpoints
+            .iter()
+            .map(|e| e.load.scraped_at_ms().unwrap_or(0))
+            .min()
+            .unwrap_or(0)
     }
 
     fn type_name(&self) -> &'static str {

@@ -17,7 +17,10 @@
 //!   [`MAX_REVOCATIONS_PER_DECISION`] and at the evictable count.
 //! - **Pacing** (stop-and-wait): a new decision only when every revocation is confirmed
 //!   (its stream ended) and [`CONFIRMATION_GRACE_MS`] has passed since; a revocation never
-//!   confirmed counts as confirmed after [`CONFIRMATION_TIMEOUT_MS`].
+//!   confirmed counts as confirmed after [`CONFIRMATION_TIMEOUT_MS`]. pdgate adds one
+//!   condition: the detector's gauges must be newer than the end of the grace (a scrape
+//!   taken after the engine aborted), so a slow scrape never makes it evict again on the
+//!   load it already reclaimed.
 //!
 //! The evicted client gets 429 with `x-llm-d-request-dropped-reason: evicted` before its
 //! answer began, else an error event ending its stream.
@@ -118,9 +121,10 @@ impl Eviction {
         self.pending
     }
 
-    /// True when a decision may run at `now_ms` (nothing outstanding or cooling); retires
-    /// timed-out revocations (returned, to count) and expired debits first.
-    pub fn gate_open(&mut self, now_ms: u64) -> (bool, usize) {
+    /// True when a decision may run at `now_ms` with gauges current up to `gauges_ms`
+    /// (nothing outstanding or cooling); retires timed-out revocations (returned, to count)
+    /// and expired debits first. A debit expires once both clocks pass its grace.
+    pub fn gate_open(&mut self, now_ms: u64, gauges_ms: u64) -> (bool, usize) {
         let timed_out: Vec<u64> = self
             .outstanding
             .iter()
@@ -135,7 +139,7 @@ impl Eviction {
         }
         let pending = &mut self.pending;
         self.cooling.retain(|&(credit, until)| {
-            let keep = now_ms < until;
+            let keep = now_ms < until || gauges_ms < until;
             if !keep {
                 *pending = (*pending - credit).max(0.0);
             }
@@ -145,7 +149,7 @@ impl Eviction {
         (open, timed_out.len())
     }
 
-    /// One decision at `now_ms`: the blocked band of `demand_priority` (the highest band with
+    /// One decision at `now_ms` (gauges current up to `gauges_ms`): the blocked band of `demand_priority` (the highest band with
     /// queued requests) against the pool's `saturation` and the band's `ceiling`. Returns the
     /// revocations issued (their victims leave the victim set at once), or `None` when the
     /// gate is closed, nothing is evictable below the demand, the band is not blocked, or
@@ -153,6 +157,7 @@ impl Eviction {
     pub fn decide(
         &mut self,
         now_ms: u64,
+        gauges_ms: u64,
         saturation: f64,
         ceiling: f64,
         demand_priority: i32,
@@ -161,7 +166,7 @@ impl Eviction {
             return None;
         }
         let &(victim_priority, _, _) = self.victims.iter().next()?;
-        if victim_priority >= demand_priority || !self.gate_open(now_ms).0 {
+        if victim_priority >= demand_priority || !self.gate_open(now_ms, gauges_ms).0 {
             return None;
         }
         let credit = saturation / self.tracked.len().max(1) as f64;
@@ -211,22 +216,24 @@ mod tests {
         e.track(5, -5); // newest −5
         assert_eq!((e.in_flight(), e.evictable()), (5, 4));
         // saturation 1.5 over ceiling 1.0, 5 in flight: credit 0.3, n = ceil(0.5/0.3) = 2.
-        let d = e.decide(0, 1.5, 1.0, 0).unwrap();
+        let d = e.decide(0, 0, 1.5, 1.0, 0).unwrap();
         assert_eq!(d.victims, vec![5, 2]);
         assert!((d.reclaim_target - 0.5).abs() < 1e-9);
         assert!((e.pending_reclaim() - 0.6).abs() < 1e-9);
         // Stop-and-wait: nothing more until both are confirmed and the grace has passed.
-        assert_eq!(e.decide(1, 1.5, 1.0, 0), None);
+        assert_eq!(e.decide(1, 1, 1.5, 1.0, 0), None);
         assert_eq!(e.untrack(5, 100), Some(0));
-        assert_eq!(e.decide(200, 1.5, 1.0, 0), None);
+        assert_eq!(e.decide(200, 200, 1.5, 1.0, 0), None);
         assert_eq!(e.untrack(2, 300), Some(0));
         assert_eq!(
-            e.decide(799, 1.5, 1.0, 0),
+            e.decide(799, 799, 1.5, 1.0, 0),
             None,
             "grace runs from the last confirmation"
         );
         // 3 in flight now: credit 0.5, n = 1; the newest −1 goes first.
-        assert_eq!(e.decide(800, 1.5, 1.0, 0).unwrap().victims, vec![4]);
+        // Gauges older than the end of the grace keep the gate shut (a slow scrape).
+        assert_eq!(e.decide(800, 799, 1.5, 1.0, 0), None);
+        assert_eq!(e.decide(800, 800, 1.5, 1.0, 0).unwrap().victims, vec![4]);
         assert_eq!(e.pending_reclaim(), 0.5);
     }
 
@@ -235,18 +242,18 @@ mod tests {
         let mut e = Eviction::default();
         e.track(1, -1);
         e.track(2, 0);
-        assert_eq!(e.decide(0, 0.99, 1.0, 5), None, "not blocked");
+        assert_eq!(e.decide(0, 0, 0.99, 1.0, 5), None, "not blocked");
         assert_eq!(
-            e.decide(0, 1.2, 0.0, 5),
+            e.decide(0, 0, 1.2, 0.0, 5),
             None,
             "ceiling 0: no reclaim unblocks it"
         );
-        assert_eq!(e.decide(0, 1.2, 1.0, -1), None, "same band: no churn");
-        assert_eq!(e.decide(0, 1.2, 1.0, -3), None, "a lower band");
-        assert_eq!(e.decide(0, f64::NAN, 1.0, 5), None);
+        assert_eq!(e.decide(0, 0, 1.2, 1.0, -1), None, "same band: no churn");
+        assert_eq!(e.decide(0, 0, 1.2, 1.0, -3), None, "a lower band");
+        assert_eq!(e.decide(0, 0, f64::NAN, 1.0, 5), None);
         // A finished request is no victim.
         assert_eq!(e.untrack(1, 0), None);
-        assert_eq!(e.decide(0, 2.0, 1.0, 5), None);
+        assert_eq!(e.decide(0, 0, 2.0, 1.0, 5), None);
     }
 
     #[test]
@@ -255,13 +262,20 @@ mod tests {
         e.track(1, -1);
         e.track(2, -1);
         // 2 in flight at saturation 1.0 over ceiling 1.0: credit 0.5, boundary → n = 1.
-        assert_eq!(e.decide(0, 1.0, 1.0, 0).unwrap().victims, vec![2]);
-        assert_eq!(e.gate_open(9_999), (false, 0));
-        assert_eq!(e.gate_open(10_000), (false, 1), "timed out, now cooling");
-        assert_eq!(e.gate_open(10_500), (true, 0));
+        assert_eq!(e.decide(0, 0, 1.0, 1.0, 0).unwrap().victims, vec![2]);
+        assert_eq!(e.gate_open(9_999, 9_999), (false, 0));
+        assert_eq!(
+            e.gate_open(10_000, 10_000),
+            (false, 1),
+            "timed out, now cooling"
+        );
+        assert_eq!(e.gate_open(10_500, 10_500), (true, 0));
         assert_eq!(e.pending_reclaim(), 0.0);
         // The timed-out one ending later confirms nothing.
         assert_eq!(e.untrack(2, 11_000), None);
-        assert_eq!(e.decide(11_000, 1.0, 1.0, 0).unwrap().victims, vec![1]);
+        assert_eq!(
+            e.decide(11_000, 11_000, 1.0, 1.0, 0).unwrap().victims,
+            vec![1]
+        );
     }
 }

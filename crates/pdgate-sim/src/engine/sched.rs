@@ -71,7 +71,7 @@ impl EngineState {
     /// Admits, chunks and prices the next step.
     pub fn plan(&mut self, now: Instant, m: &Metrics) -> Plan {
         self.expire_leases(now, m);
-        self.drop_cancelled();
+        self.drop_cancelled(m);
         let bs = self.cfg.block_size;
         let mut decoding = 0usize;
         for s in &mut self.running {
@@ -174,7 +174,7 @@ impl EngineState {
                 m.ttft.observe(now.duration_since(s.arrived).as_secs_f64());
             }
             if s.tx.send(SeqEvent::Token).is_err() {
-                self.cancel(s);
+                self.cancel(s, m);
                 continue;
             }
             if s.generated == s.max_tokens {
@@ -234,20 +234,25 @@ impl EngineState {
         }
     }
 
-    fn cancel(&mut self, mut s: Seq) {
+    /// Drops a request whose client left; counted as vLLM does
+    /// (`vllm:request_success_total{finished_reason="abort"}`).
+    fn cancel(&mut self, mut s: Seq, m: &Metrics) {
         self.cache.unreserve(std::mem::take(&mut s.reserved));
         self.cache.release(&s.blocks);
         self.counters.cancelled += 1;
+        m.request_success.with_label_values(&["abort"]).inc();
     }
 
-    fn drop_cancelled(&mut self) {
+    fn drop_cancelled(&mut self, m: &Metrics) {
         let before = self.waiting.len();
         self.waiting.retain(|s| !s.tx.is_closed());
-        self.counters.cancelled += (before - self.waiting.len()) as u64;
+        let gone = (before - self.waiting.len()) as u64;
+        self.counters.cancelled += gone;
+        m.request_success.with_label_values(&["abort"]).inc_by(gone);
         let batch = std::mem::take(&mut self.running);
         for s in batch {
             if s.tx.is_closed() {
-                self.cancel(s);
+                self.cancel(s, m);
             } else {
                 self.running.push(s);
             }

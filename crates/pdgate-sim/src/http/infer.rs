@@ -265,7 +265,13 @@ fn stream(
         }
         let mut sent = 0usize;
         loop {
-            let Some(ev) = rx.recv().await else {
+            // A client gone while its request waits (no token to write yet) drops the engine
+            // side now, as vLLM aborts on disconnect; the engine counts it cancelled.
+            let ev = tokio::select! {
+                ev = rx.recv() => ev,
+                _ = tx.closed() => return,
+            };
+            let Some(ev) = ev else {
                 let err = json!({"error": {"message": "the engine stopped before the request finished", "type": "server_error", "code": 503}});
                 let _ = tx.send(Ok(shape::sse(&err))).await;
                 return;
