@@ -1,6 +1,10 @@
-//! Floor 3 (streaming): a bare hyper proxy on hyper's low-level HTTP/1 client (conn::http1) with a
-//! per-thread pool of ready senders, thread-per-core (SO_REUSEPORT, current-thread runtimes,
-//! LocalSet), body collected then forwarded, round robin over two backends.
+//! Floor for `tools/stream-memory.sh`: a bare hyper streaming reverse proxy — hyper's own
+//! HTTP/1 server and low-level client (`client::conn::http1`, one upstream connection per
+//! stream), thread-per-core like pdgate (SO_REUSEPORT, current-thread runtimes, LocalSet),
+//! mimalloc, the request body collected, the answer streamed through; no parsing, no
+//! scheduling. Not part of the workspace: build it as the `main.rs` of a scratch crate with
+//! hyper 1 (client, http1, server), hyper-util 0.1 (tokio), http-body-util, tokio (full), bytes
+//! and mimalloc. Usage: `hyper_stream_proxy PORT BACKEND...` (round robin).
 #[global_allocator]
 static A: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use bytes::Bytes;
