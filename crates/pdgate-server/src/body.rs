@@ -152,12 +152,7 @@ impl ResponseBody {
         if crate::log_limit::allow(&crate::log_limit::STREAM_ERRORS) {
             tracing::warn!(endpoint = %self.endpoint, kind, "stream ended by an error event");
         }
-        let mut event = b"data: ".to_vec();
-        event.extend_from_slice(
-            &serde_json::to_vec(&serde_json::json!({ "error": error })).unwrap_or_default(),
-        );
-        event.extend_from_slice(b"\n\ndata: [DONE]\n\n");
-        Bytes::from(event)
+        error_event(&serde_json::to_vec(&serde_json::json!({ "error": error })).unwrap_or_default())
     }
 
     /// Scans SSE bytes for a line that starts with `{`; returns the bytes to pass on now.
@@ -211,6 +206,16 @@ impl ResponseBody {
         };
         self.fail(LegEvent::StreamErrorLine, "engine_error", error)
     }
+}
+
+/// The SSE event that ends a stream with the error body `json` (`{"error": {…}}`), then
+/// `[DONE]`: the one framing of every mid-stream failure.
+pub(crate) fn error_event(json: &[u8]) -> Bytes {
+    let mut event = Vec::with_capacity(json.len() + 24);
+    event.extend_from_slice(b"data: ");
+    event.extend_from_slice(json);
+    event.extend_from_slice(b"\n\ndata: [DONE]\n\n");
+    Bytes::from(event)
 }
 
 /// The inner `error` object of `ErrorBody::new(502, message)`.

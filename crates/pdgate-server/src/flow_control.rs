@@ -165,11 +165,7 @@ impl FlowController {
             self.pending.load(Ordering::Acquire),
             now,
         );
-        let live: Vec<_> = snap
-            .endpoints
-            .iter()
-            .filter(|e| e.endpoint.schedulable())
-            .collect();
+        let live = schedulable(&snap);
         self.metrics
             .stale
             .with_label_values(&[self.settings.detector.type_name()])
@@ -189,13 +185,10 @@ impl FlowController {
     /// [`pdgate_scheduler::monotonic_ms`]).
     fn gauges_as_of(&self) -> u64 {
         let snap = self.registry.snapshot();
-        let live: Vec<_> = snap
-            .endpoints
-            .iter()
-            .filter(|e| e.endpoint.schedulable())
-            .collect();
         let now = pdgate_scheduler::monotonic_ms();
-        self.settings.detector.gauges_as_of(&live, now)
+        self.settings
+            .detector
+            .gauges_as_of(&schedulable(&snap), now)
     }
 
     fn finished(&self, item: &Item, enqueued: Option<Instant>, outcome: Outcome) {
@@ -281,13 +274,8 @@ impl FlowController {
             let id = item.id;
             let priority = item.priority;
             if inner.queues.enqueue(item.clone()).is_err() {
-                let outcome = match self
-                    .registry
-                    .snapshot()
-                    .endpoints
-                    .iter()
-                    .any(|e| e.endpoint.schedulable())
-                {
+                let snap = self.registry.snapshot();
+                let outcome = match snap.endpoints.iter().any(|e| e.endpoint.schedulable()) {
                     true => Outcome::RejectedCapacity,
                     false => Outcome::RejectedNoEndpoints,
                 };
@@ -436,6 +424,14 @@ impl FlowController {
     pub fn queued(&self) -> u64 {
         self.inner.lock().queues.len()
     }
+}
+
+/// The endpoints of `snap` that can take requests (what the detectors read).
+fn schedulable(snap: &pdgate_scheduler::Snapshot) -> Vec<&Arc<pdgate_scheduler::EndpointState>> {
+    snap.endpoints
+        .iter()
+        .filter(|e| e.endpoint.schedulable())
+        .collect()
 }
 
 #[cfg(test)]

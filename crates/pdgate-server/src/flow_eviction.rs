@@ -221,10 +221,7 @@ fn evicted_event() -> bytes::Bytes {
     let e =
         crate::errors::ApiError::dropped(pdgate_scheduler::flow::Outcome::EvictedInFlight, false);
     let body = pdgate_api::ErrorBody::new(e.status().as_u16(), e.to_string());
-    let mut out = b"data: ".to_vec();
-    out.extend_from_slice(&body.to_bytes());
-    out.extend_from_slice(b"\n\ndata: [DONE]\n\n");
-    bytes::Bytes::from(out)
+    crate::body::error_event(&body.to_bytes())
 }
 
 impl<B> Body for EvictableBody<B>

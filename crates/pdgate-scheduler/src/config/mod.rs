@@ -262,11 +262,7 @@ fn flow_settings(ld: &mut Loader<'_>, yaml: &str) -> Option<FlowSections> {
     let built = &ld.built;
     let lookup = |name: &str| -> Option<Declared> {
         let (_, _, b) = built.iter().find(|(n, _, _)| n == name)?;
-        Some(match (&b.saturation, b.flow_policy) {
-            (Some(d), _) => Declared::Detector(d.clone()),
-            (None, Some(p)) => Declared::Policy(p),
-            (None, None) => Declared::Other,
-        })
+        Some(Declared::of(b))
     };
     match fc::resolve(raw, &lookup) {
         Ok(settings) => {

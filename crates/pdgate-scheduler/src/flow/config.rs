@@ -31,19 +31,12 @@
 
 use super::detector::{SaturationDetector, UtilizationDetector};
 use super::duration::GoDuration;
+pub use super::plugins::Declared;
 use super::plugins::{Fairness, FlowPolicy, Ordering};
 use super::quantity::Quantity;
 use serde::Deserialize;
 use std::sync::Arc;
 use std::time::Duration;
-
-/// llm-d flow-control policy types pdgate does not implement: named as such when a config
-/// refers to one by its type (with a `plugins:` entry the registry refuses it the same way).
-pub const UNSUPPORTED_FLOW_TYPES: &[&str] = &[
-    "priority-holdback-policy",
-    "soft-reflective-ceiling-policy",
-    "program-aware-fairness",
-];
 
 /// Default band `maxBytes` (llm-d: 1 GB).
 pub const DEFAULT_BAND_MAX_BYTES: u64 = 1_000_000_000;
@@ -242,16 +235,6 @@ struct RawRef {
     plugin_ref: Option<String>,
 }
 
-/// What the resolver knows about a declared plugin name.
-pub enum Declared {
-    /// A flow-control policy.
-    Policy(FlowPolicy),
-    /// A saturation detector.
-    Detector(Arc<dyn SaturationDetector>),
-    /// Some other plugin.
-    Other,
-}
-
 /// A resolution error: the field (dotted) and the message.
 pub type FieldError = (String, String);
 
@@ -299,7 +282,7 @@ pub fn resolve(
     let gate = gate(&raw.feature_gates)?;
     let section_given = raw.flow_control.is_some();
     // A flow-control plugin named by its type works without a `plugins:` entry (defaults).
-    let lookup = |name: &str| lookup(name).or_else(|| by_type(name));
+    let lookup = |name: &str| lookup(name).or_else(|| Declared::by_type(name));
     let mut warnings = Vec::new();
     let fc = raw.flow_control.unwrap_or_default();
     let fc_usage_ref = fc.usage_limit_policy_plugin_ref.clone();
@@ -367,7 +350,7 @@ pub fn resolve(
                 field.into(),
                 format!("plugin `{name}` is not a flow-control policy"),
             )),
-            None if UNSUPPORTED_FLOW_TYPES.contains(&name.as_str()) => Err((
+            None if super::plugins::UNSUPPORTED_TYPES.contains(&name.as_str()) => Err((
                 field.into(),
                 format!("unsupported plugin type `{name}` (an llm-d flow-control policy pdgate does not implement)"),
             )),
@@ -509,24 +492,6 @@ pub fn resolve(
         control,
         warnings,
         effective,
-    })
-}
-
-/// A flow-control plugin type built with its defaults, when `name` is one.
-fn by_type(name: &str) -> Option<Declared> {
-    let t = crate::flow::plugins::TYPES
-        .iter()
-        .find(|t| t.name == name)?;
-    let mut ctx = crate::registry::BuildCtx {
-        built: &[],
-        profiles: &[],
-        next_slot: 0,
-    };
-    let built = (t.build)(None, &mut ctx).ok()?;
-    Some(match (built.saturation, built.flow_policy) {
-        (Some(d), _) => Declared::Detector(d),
-        (None, Some(p)) => Declared::Policy(p),
-        (None, None) => Declared::Other,
     })
 }
 

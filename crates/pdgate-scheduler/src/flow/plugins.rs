@@ -146,6 +146,47 @@ fn build_usage_limit(params: Option<&Value>, _: &mut BuildCtx<'_>) -> Result<Bui
     })
 }
 
+/// llm-d flow-control policy types pdgate does not implement: named as such when a config
+/// refers to one by its type (with a `plugins:` entry the registry refuses it the same way).
+pub const UNSUPPORTED_TYPES: &[&str] = &[
+    "priority-holdback-policy",
+    "soft-reflective-ceiling-policy",
+    "program-aware-fairness",
+];
+
+/// What the flow-control resolver knows about a plugin name.
+pub enum Declared {
+    /// A flow-control policy.
+    Policy(FlowPolicy),
+    /// A saturation detector.
+    Detector(std::sync::Arc<dyn super::SaturationDetector>),
+    /// Some other plugin.
+    Other,
+}
+
+impl Declared {
+    /// What `built` is, to the flow-control resolver.
+    pub fn of(built: &Built) -> Declared {
+        match (&built.saturation, built.flow_policy) {
+            (Some(d), _) => Declared::Detector(d.clone()),
+            (None, Some(p)) => Declared::Policy(p),
+            (None, None) => Declared::Other,
+        }
+    }
+
+    /// A flow-control plugin type built with its defaults, when `name` is one (a policy or
+    /// detector named by its type needs no `plugins:` entry).
+    pub fn by_type(name: &str) -> Option<Declared> {
+        let t = TYPES.iter().find(|t| t.name == name)?;
+        let mut ctx = BuildCtx {
+            built: &[],
+            profiles: &[],
+            next_slot: 0,
+        };
+        Some(Declared::of(&(t.build)(None, &mut ctx).ok()?))
+    }
+}
+
 /// Every flow-control plugin type (policies and detectors), for the registry.
 pub static TYPES: &[PluginType] = &[
     GLOBAL_STRICT,
