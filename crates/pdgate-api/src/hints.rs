@@ -301,6 +301,16 @@ impl RoutingHints {
                 Some(Err(_)) => return Err(wrong),
             }
         }
+        if containers.is_empty() {
+            return Ok(RoutingHints {
+                worker_pin: h_worker,
+                prefill_pin: h_prefill,
+                decode_pin: h_decode,
+                dp_rank: h_rank,
+                prefill_dp_rank: h_prefill_rank,
+                session_id,
+            });
+        }
         let body = &containers[..];
         let b_worker = body_group(body, WORKER_PIN_FIELDS, id_from_json, ID_EXPECTED)?;
         let b_prefill = body_group(body, PREFILL_PIN_FIELDS, id_from_json, ID_EXPECTED)?;

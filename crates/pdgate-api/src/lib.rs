@@ -15,6 +15,7 @@ pub mod phase;
 pub mod prefer;
 pub mod raw_object;
 pub mod role;
+pub mod spells;
 
 pub use error::{ErrorBody, ErrorDetail};
 pub use kv::KvTransferParams;

@@ -135,11 +135,10 @@ pub fn media_items(body: &RawObject) -> Vec<MediaItem> {
 /// True when `raw` may hold a media part: it spells one of [`MEDIA_PART_TYPES`], or has a
 /// `\u` escape (which could spell one). A cheap test before any decoding.
 fn mentions_media(raw: &str) -> bool {
-    let b = raw.as_bytes();
-    memchr::memmem::find(b, br"\u").is_some()
-        || MEDIA_PART_TYPES
-            .iter()
-            .any(|t| memchr::memmem::find(b, t.as_bytes()).is_some())
+    static SPELLS: std::sync::OnceLock<crate::spells::Spells> = std::sync::OnceLock::new();
+    SPELLS
+        .get_or_init(|| crate::spells::Spells::new(MEDIA_PART_TYPES))
+        .anywhere(raw.as_bytes())
 }
 
 /// A message as media listing reads it: only the JSON text of `content`.

@@ -14,6 +14,7 @@ use crate::json_patch::{self, Edit};
 use crate::phase_body::KV_TRANSFER_PARAMS;
 use bytes::Bytes;
 use pdgate_api::media::EC_TRANSFER_PARAMS;
+use pdgate_api::spells::Spells;
 use pdgate_api::{InferenceRequest, RawObject};
 
 /// Body fields only the router sets on legs.
@@ -23,10 +24,10 @@ pub const ROUTER_OWNED_FIELDS: &[&str] = &[KV_TRANSFER_PARAMS, EC_TRANSFER_PARAM
 /// with its quotes, or any `\u` escape, which could spell the key), so that bodies without
 /// one are never parsed.
 pub fn mentions(bytes: &[u8]) -> bool {
-    memchr::memmem::find(bytes, br"\u").is_some()
-        || ROUTER_OWNED_FIELDS.iter().any(|f| {
-            memchr::memmem::find(bytes, f.as_bytes()).is_some_and(|i| i > 0 && bytes[i - 1] == b'"')
-        })
+    static SPELLS: std::sync::OnceLock<Spells> = std::sync::OnceLock::new();
+    SPELLS
+        .get_or_init(|| Spells::new(ROUTER_OWNED_FIELDS))
+        .after_quote(bytes)
 }
 
 /// Removes the router-owned fields from a client request (its body, which legs are built
@@ -111,6 +112,12 @@ mod tests {
         assert_eq!(strip_sse_line(line).unwrap(), b"data: {\"id\":\"c\"}\n");
         assert_eq!(strip_sse_line(b"data: [DONE]\n"), None);
         assert_eq!(strip_sse_line(b": comment kv_transfer_params\n"), None);
+        // A key after a string that merely ends with the name is still found.
+        let late = br#"{"text":"xkv_transfer_params","kv_transfer_params":{"remote_port":1}}"#;
+        assert_eq!(
+            strip_json(late).unwrap(),
+            br#"{"text":"xkv_transfer_params"}"#
+        );
         // An escaped spelling is the same key.
         let escaped = b"data: {\"id\":\"c\", \"kv\\u005ftransfer_params\":{\"a\":1}}\n";
         assert_eq!(strip_sse_line(escaped).unwrap(), b"data: {\"id\":\"c\"}\n");

@@ -3,7 +3,7 @@
 //! objectives as `InferenceObjective` resources, pdgate takes them from
 //! `--inference-objective NAME=PRIORITY`), its fairness id and its TTFT objective.
 
-use http::HeaderMap;
+use http::{HeaderMap, HeaderName};
 use pdgate_api::headers;
 use pdgate_scheduler::flow::DEFAULT_FLOW;
 use std::collections::HashMap;
@@ -64,12 +64,29 @@ pub struct FlowKey {
     pub bytes: u64,
 }
 
+/// The objective headers (llm-d's name, then the Gateway's), as names built at compile time
+/// (a lookup by `&str` parses and hashes the name on every request).
+const OBJECTIVE: [HeaderName; 2] = [
+    HeaderName::from_static(headers::INFERENCE_OBJECTIVE),
+    HeaderName::from_static(headers::INFERENCE_OBJECTIVE_LEGACY),
+];
+/// The fairness-id headers.
+const FAIRNESS: [HeaderName; 2] = [
+    HeaderName::from_static(headers::FAIRNESS_ID),
+    HeaderName::from_static(headers::FAIRNESS_ID_LEGACY),
+];
+/// The TTFT-objective headers.
+const SLO_TTFT: [HeaderName; 2] = [
+    HeaderName::from_static(headers::SLO_TTFT_MS),
+    HeaderName::from_static(headers::SLO_TTFT_MS_LEGACY),
+];
+
 /// The first of `names` carried with a non-empty value, as text: a value that is not
 /// visible ASCII is read lossily (these headers only select a band or a flow; an unknown
 /// value means the defaults, never an error).
-fn text(h: &HeaderMap, names: &[&'static str]) -> Option<String> {
+fn text(h: &HeaderMap, names: &[HeaderName; 2]) -> Option<String> {
     names.iter().find_map(|n| {
-        let t = String::from_utf8_lossy(h.get(*n)?.as_bytes())
+        let t = String::from_utf8_lossy(h.get(n)?.as_bytes())
             .trim()
             .to_string();
         (!t.is_empty()).then_some(t)
@@ -79,13 +96,7 @@ fn text(h: &HeaderMap, names: &[&'static str]) -> Option<String> {
 /// The priority of a request with headers `h`: its objective's (0 when it names none or an
 /// unknown one). Never an error.
 pub fn priority(h: &HeaderMap, objectives: &Objectives) -> i32 {
-    let objective = text(
-        h,
-        &[
-            headers::INFERENCE_OBJECTIVE,
-            headers::INFERENCE_OBJECTIVE_LEGACY,
-        ],
-    );
+    let objective = text(h, &OBJECTIVE);
     objectives.priority(objective.as_deref())
 }
 
@@ -98,7 +109,7 @@ pub fn flow_key(
     objectives: &Objectives,
     bytes: u64,
 ) -> Result<FlowKey, crate::errors::ApiError> {
-    let flow = text(h, &[headers::FAIRNESS_ID, headers::FAIRNESS_ID_LEGACY]);
+    let flow = text(h, &FAIRNESS);
     if flow
         .as_ref()
         .is_some_and(|f| f.len() > MAX_FAIRNESS_ID_BYTES)
@@ -108,8 +119,7 @@ pub fn flow_key(
             reason: format!("longer than {MAX_FAIRNESS_ID_BYTES} bytes"),
         });
     }
-    let slo =
-        text(h, &[headers::SLO_TTFT_MS, headers::SLO_TTFT_MS_LEGACY]).and_then(|v| v.parse().ok());
+    let slo = text(h, &SLO_TTFT).and_then(|v| v.parse().ok());
     Ok(FlowKey {
         priority: priority(h, objectives),
         flow: Arc::from(flow.as_deref().unwrap_or(DEFAULT_FLOW)),

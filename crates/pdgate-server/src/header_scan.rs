@@ -10,18 +10,24 @@ use http::HeaderMap;
 #[derive(Debug)]
 pub struct HeaderNames<'h> {
     names: Vec<&'h str>,
+    /// True when some name starts with `x-` (most names asked for do; most requests carry
+    /// none, so those lookups end here).
+    any_x: bool,
 }
 
 impl<'h> HeaderNames<'h> {
     /// The names present in `headers`.
     pub fn of(headers: &'h HeaderMap) -> Self {
-        HeaderNames {
-            names: headers.keys().map(|k| k.as_str()).collect(),
-        }
+        let names: Vec<&'h str> = headers.keys().map(|k| k.as_str()).collect();
+        let any_x = names.iter().any(|n| n.starts_with("x-"));
+        HeaderNames { names, any_x }
     }
 
     /// True when the request has a header `name` (lowercase, as the constants are).
     pub fn has(&self, name: &str) -> bool {
+        if !self.any_x && name.starts_with("x-") {
+            return false;
+        }
         self.names.contains(&name)
     }
 }
@@ -85,5 +91,11 @@ mod tests {
         remove_where(&mut h, |n| ["x-dp-rank", "x-session-id"].contains(&n));
         assert_eq!(h.len(), 1);
         assert!(h.contains_key("content-type"));
+        // No `x-` name at all: such lookups end early, the others still scan.
+        let names = HeaderNames::of(&h);
+        assert!(!names.has("x-dp-rank") && names.has("content-type") && !names.has("prefer"));
+        h.insert("x-other", HeaderValue::from_static("1"));
+        h.insert("x-session-id", HeaderValue::from_static("s"));
+        assert!(HeaderNames::of(&h).has("x-session-id"));
     }
 }

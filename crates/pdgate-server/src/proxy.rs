@@ -177,8 +177,9 @@ fn check_hint_headers(h: &HeaderMap, present: &HeaderNames<'_>) -> Result<(), Ap
 
 /// A fresh `x-llm-d-revision-decision-id` (UUID v4).
 fn decision_id() -> HeaderValue {
-    HeaderValue::from_str(&uuid::Uuid::new_v4().to_string())
-        .unwrap_or(HeaderValue::from_static("pdgate"))
+    let mut id = [0u8; uuid::fmt::Hyphenated::LENGTH];
+    let id = uuid::Uuid::new_v4().hyphenated().encode_lower(&mut id);
+    HeaderValue::from_str(id).unwrap_or(HeaderValue::from_static("pdgate"))
 }
 
 /// Longest client `x-request-id` kept, bytes.
@@ -201,8 +202,9 @@ fn request_id(client: &HeaderMap) -> HeaderValue {
             );
         }
     }
-    HeaderValue::from_str(&uuid::Uuid::new_v4().to_string())
-        .unwrap_or(HeaderValue::from_static("pdgate"))
+    let mut id = [0u8; uuid::fmt::Hyphenated::LENGTH];
+    let id = uuid::Uuid::new_v4().hyphenated().encode_lower(&mut id);
+    HeaderValue::from_str(id).unwrap_or(HeaderValue::from_static("pdgate"))
 }
 
 /// 1..=[`MAX_REQUEST_ID_BYTES`] bytes, each visible ASCII.

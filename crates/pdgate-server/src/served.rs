@@ -2,7 +2,7 @@
 //! revision of each phase that ran, and the P/D mode.
 
 use crate::ctx::{RequestContext, Slot};
-use http::{HeaderMap, HeaderValue};
+use http::{HeaderMap, HeaderName, HeaderValue};
 use pdgate_api::{headers, Phase};
 use pdgate_coordinator::{Target, Trace};
 
@@ -14,18 +14,21 @@ struct Server {
     dp_rank: Option<String>,
 }
 
-/// The three served-by headers of one phase: endpoint, revision, DP rank.
-type Names = [&'static str; 3];
+/// The three served-by headers of one phase: endpoint, revision, DP rank (as `HeaderName`s
+/// built at compile time, so stamping a response parses no name).
+type Names = [HeaderName; 3];
 const PREFILL: Names = [
-    headers::SERVED_PREFILL_ENDPOINT,
-    headers::SERVED_PREFILL_REVISION,
-    headers::SERVED_PREFILL_DP_RANK,
+    HeaderName::from_static(headers::SERVED_PREFILL_ENDPOINT),
+    HeaderName::from_static(headers::SERVED_PREFILL_REVISION),
+    HeaderName::from_static(headers::SERVED_PREFILL_DP_RANK),
 ];
 const DECODE: Names = [
-    headers::SERVED_DECODE_ENDPOINT,
-    headers::SERVED_DECODE_REVISION,
-    headers::SERVED_DECODE_DP_RANK,
+    HeaderName::from_static(headers::SERVED_DECODE_ENDPOINT),
+    HeaderName::from_static(headers::SERVED_DECODE_REVISION),
+    HeaderName::from_static(headers::SERVED_DECODE_DP_RANK),
 ];
+/// `x-pdgate-pd-mode`.
+const MODE: HeaderName = HeaderName::from_static(headers::SERVED_MODE);
 
 impl Server {
     fn of(t: &Target) -> Option<Server> {
@@ -37,24 +40,24 @@ impl Server {
     }
 
     /// Read back from a router's response headers.
-    fn read(h: &HeaderMap, names: Names) -> Option<Server> {
-        let get = |k: &str| h.get(k).and_then(|v| v.to_str().ok()).map(str::to_string);
+    fn read(h: &HeaderMap, names: &Names) -> Option<Server> {
+        let get = |k: &HeaderName| h.get(k).and_then(|v| v.to_str().ok()).map(str::to_string);
         Some(Server {
-            name: get(names[0])?,
-            revision: get(names[1]),
-            dp_rank: get(names[2]),
+            name: get(&names[0])?,
+            revision: get(&names[1]),
+            dp_rank: get(&names[2]),
         })
     }
 
-    fn write(&self, h: &mut HeaderMap, names: Names) {
+    fn write(&self, h: &mut HeaderMap, names: &Names) {
         let values = [
             Some(&self.name),
             self.revision.as_ref(),
             self.dp_rank.as_ref(),
         ];
-        for (k, v) in names.into_iter().zip(values) {
+        for (k, v) in names.iter().zip(values) {
             if let Some(Ok(v)) = v.map(|v| HeaderValue::from_str(v)) {
-                h.insert(k, v);
+                h.insert(k.clone(), v);
             }
         }
     }
@@ -116,13 +119,13 @@ impl Served {
     /// Writes the served-by headers into the client response `h`.
     pub fn stamp(&self, h: &mut HeaderMap) {
         if let Some(p) = &self.prefill {
-            p.write(h, PREFILL);
+            p.write(h, &PREFILL);
         }
         if let Some(d) = &self.decode {
-            d.write(h, DECODE);
+            d.write(h, &DECODE);
         }
         if let Some(mode) = self.mode {
-            h.insert(headers::SERVED_MODE, HeaderValue::from_static(mode));
+            h.insert(MODE, HeaderValue::from_static(mode));
         }
     }
 }
@@ -134,7 +137,7 @@ pub fn named_by_router(h: &HeaderMap, slot: Slot) -> Option<Target> {
         Slot::Prefill => PREFILL,
         Slot::Main => DECODE,
     };
-    Server::read(h, names).map(|s| Target {
+    Server::read(h, &names).map(|s| Target {
         name: s.name,
         address: String::new(),
         revision: s.revision,

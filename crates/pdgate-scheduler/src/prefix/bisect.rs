@@ -4,6 +4,7 @@
 //! O(distinct lengths × log blocks) lookups.
 
 use super::BuildPassThrough;
+use smallvec::SmallVec;
 use std::collections::HashMap;
 
 /// The bisection of one match: `held(i)` is the set of asked-for
@@ -20,8 +21,10 @@ pub(super) struct Bisect<'a> {
 }
 
 impl Bisect<'_> {
-    /// The asked-for endpoints holding block `i`.
-    fn held(&self, i: usize) -> Vec<u64> {
+    /// The asked-for endpoints holding block `i` (inline up to 256 endpoints: a match
+    /// probes a few blocks per distinct length, so a heap set per probe would cost more than
+    /// the probe).
+    fn held(&self, i: usize) -> SmallVec<[u64; 4]> {
         let set = self.blocks.get(&self.hashes[i]);
         self.alive
             .iter()
