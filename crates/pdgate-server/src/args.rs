@@ -34,6 +34,31 @@ pub struct ServeArgs {
     /// Repeatable.
     #[arg(long)]
     pub endpoint: Vec<String>,
+    /// Kubernetes discovery: the `InferencePool` whose pods are the endpoints (llm-d's EPP
+    /// flag). The cluster is found as kubectl finds it (`KUBECONFIG`, `~/.kube/config`, or the
+    /// in-cluster service account).
+    #[arg(long, conflicts_with_all = ["endpoints", "endpoint", "pod_selector"])]
+    pub pool_name: Option<String>,
+    /// Namespace of the pool and its pods (or of `--pod-selector`'s pods).
+    #[arg(long, env = "NAMESPACE", default_value = "default")]
+    pub pool_namespace: String,
+    /// API group of the pool: `inference.networking.k8s.io` (v1) or
+    /// `inference.networking.x-k8s.io` (v1alpha2).
+    #[arg(long, default_value = pdgate_fleet::kube::pool::GROUP_V1)]
+    pub pool_group: String,
+    /// Kubernetes discovery without a pool: the pods matching this label selector (e.g.
+    /// `app=vllm,llm-d.ai/inference-serving=true`), serving on `--pod-target-ports`.
+    #[arg(long, conflicts_with_all = ["endpoints", "endpoint"])]
+    pub pod_selector: Option<String>,
+    /// Serving ports of each `--pod-selector` pod, comma-separated, in data-parallel rank
+    /// order.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "8000",
+        requires = "pod_selector"
+    )]
+    pub pod_target_ports: Vec<u16>,
     /// Request body limit, bytes.
     #[arg(long, default_value_t = DEFAULT_MAX_BODY_BYTES)]
     pub max_body_bytes: usize,
@@ -121,6 +146,34 @@ pub fn load_scheduler(path: Option<&PathBuf>) -> anyhow::Result<Scheduler> {
     }
 }
 
+/// The Kubernetes target of `--pool-name` or `--pod-selector`.
+///
+/// Errors: an unknown `--pool-group`, an empty selector, a port 0.
+fn kube_target(args: &ServeArgs) -> anyhow::Result<pdgate_fleet::kube::Target> {
+    use pdgate_fleet::kube::{pool, Target};
+    let namespace = args.pool_namespace.clone();
+    if let Some(name) = &args.pool_name {
+        pool::version_of(&args.pool_group).map_err(anyhow::Error::msg)?;
+        return Ok(Target::Pool {
+            name: name.clone(),
+            namespace,
+            group: args.pool_group.clone(),
+        });
+    }
+    let selector = args.pod_selector.clone().unwrap_or_default();
+    if selector.trim().is_empty() {
+        anyhow::bail!("--pod-selector is empty (it would select every pod of the namespace)");
+    }
+    if args.pod_target_ports.contains(&0) {
+        anyhow::bail!("--pod-target-ports: 0 is not a port");
+    }
+    Ok(Target::Selector {
+        namespace,
+        selector,
+        ports: args.pod_target_ports.clone(),
+    })
+}
+
 /// Runs `pdgate serve` until the process is stopped.
 pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let scheduler = load_scheduler(args.config.as_ref())?;
@@ -139,10 +192,14 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
                 .map(|f| parse_endpoint_flag(f))
                 .collect::<Result<_, _>>()?,
         ),
+        None if args.pool_name.is_some() || args.pod_selector.is_some() => {
+            EndpointSource::Kubernetes(kube_target(&args)?)
+        }
         None if args.decode_router.is_some() => EndpointSource::Static(Vec::new()),
         None => anyhow::bail!(
-            "no endpoints: pass --endpoints FILE or --endpoint ADDR \
-             (or --prefill-router and --decode-router to coordinate routers)"
+            "no endpoints: pass --endpoints FILE, --endpoint ADDR, --pool-name POOL or \
+             --pod-selector SELECTOR (or --prefill-router and --decode-router to coordinate \
+             routers)"
         ),
     };
     let addr = tokio::net::lookup_host((args.host.as_str(), args.port))

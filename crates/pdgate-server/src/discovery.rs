@@ -1,5 +1,6 @@
-//! Endpoint discovery from a static YAML file (re-read when it changes) or from `--endpoint`
-//! flags, and the registry that turns endpoint lists into scheduler snapshots.
+//! Endpoint discovery from a static YAML file (re-read when it changes), from `--endpoint`
+//! flags or from Kubernetes (an `InferencePool` and its pods: `pdgate_fleet::kube`), and the
+//! registry that turns endpoint lists into scheduler snapshots.
 //!
 //! File format:
 //! ```yaml
@@ -17,6 +18,7 @@ use arc_swap::ArcSwap;
 use futures_util::future::BoxFuture;
 use parking_lot::Mutex;
 use pdgate_api::{labels, Role};
+pub use pdgate_fleet::source::{DiscoveryError, EndpointWatcher};
 use pdgate_scheduler::{Endpoint, EndpointLoad, EndpointState, Snapshot};
 use serde::Deserialize;
 use std::collections::{BTreeMap, HashMap};
@@ -38,22 +40,11 @@ pub enum EndpointSource {
     Static(Vec<Endpoint>),
     /// Any other watched source.
     Watch(Box<dyn EndpointWatcher>),
-}
-
-impl std::fmt::Debug for dyn EndpointWatcher {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "EndpointWatcher({})", self.name())
-    }
-}
-
-/// An endpoint list that cannot be used; names the file, entry and field.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{source_name}: {message}")]
-pub struct DiscoveryError {
-    /// File path or `--endpoint`.
-    pub source_name: String,
-    /// What is wrong.
-    pub message: String,
+    /// A Kubernetes `InferencePool` or pod selector, through the cluster configuration of
+    /// the environment ([`pdgate_fleet::kube::client_from_env`]). Unlike the others, the
+    /// start does not wait for its first list: the server comes up not ready (`/health`
+    /// 503 "no endpoints known") until the first full list of pods is applied.
+    Kubernetes(pdgate_fleet::kube::Target),
 }
 
 #[derive(Deserialize)]
@@ -298,19 +289,6 @@ impl EndpointRegistry {
     }
 }
 
-/// A source of endpoint lists that change over time (a watched file today; Kubernetes
-/// EndpointSlices plug in the same way). [`start`] applies each list it yields to the
-/// registry, whole.
-pub trait EndpointWatcher: Send + 'static {
-    /// The source's name in errors and logs (a path, a namespace/selector).
-    fn name(&self) -> String;
-
-    /// Waits for the next endpoint list and returns it: the first call returns the current
-    /// list at once; later calls return when the list changed. `None` ends the watch.
-    /// `Some(Err(_))` reports a list that cannot be used; the previous one stays applied.
-    fn next(&mut self) -> BoxFuture<'_, Option<Result<Vec<Endpoint>, DiscoveryError>>>;
-}
-
 /// Watches a YAML endpoints file: re-reads it every `poll` and yields it when its content
 /// changed.
 struct FileWatcher {
@@ -390,24 +368,38 @@ pub async fn start(
             last: None,
         }),
         EndpointSource::Watch(w) => w,
+        EndpointSource::Kubernetes(target) => {
+            let client = pdgate_fleet::kube::client_from_env().await?;
+            let watcher = pdgate_fleet::kube::KubeWatcher::new(client, target)?;
+            return Ok(Some(tokio::spawn(follow(Box::new(watcher), registry))));
+        }
     };
     match watcher.next().await {
         Some(first) => registry.apply(first?),
         None => return Ok(None),
     }
-    Ok(Some(tokio::spawn(async move {
-        while let Some(next) = watcher.next().await {
-            match next {
-                Ok(eps) => {
-                    tracing::info!(source = %watcher.name(), endpoints = eps.len(), "endpoints reloaded");
-                    registry.apply(eps);
+    Ok(Some(tokio::spawn(follow(watcher, registry))))
+}
+
+/// Applies every later list of `watcher` to `registry` until the watch ends (a list that
+/// cannot be used keeps the previous endpoints and is logged).
+async fn follow(mut watcher: Box<dyn EndpointWatcher>, registry: Arc<EndpointRegistry>) {
+    while let Some(next) = watcher.next().await {
+        match next {
+            Ok(eps) => {
+                let ready = eps.iter().filter(|e| e.schedulable()).count();
+                tracing::info!(source = %watcher.name(), endpoints = eps.len(), ready, "endpoints applied");
+                if let Err(message) = check_unique(&eps) {
+                    tracing::error!(source = %watcher.name(), %message, "endpoint list rejected; keeping the previous endpoints");
+                    continue;
                 }
-                Err(e) => {
-                    tracing::error!(error = %e, "endpoint list rejected; keeping the previous endpoints")
-                }
+                registry.apply(eps);
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "endpoint list rejected; keeping the previous endpoints")
             }
         }
-    })))
+    }
 }
 
 #[cfg(test)]

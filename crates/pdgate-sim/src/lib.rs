@@ -20,6 +20,7 @@ mod engine;
 pub mod fleet;
 pub mod handoff;
 mod http;
+pub mod kube_api;
 mod metrics;
 pub mod pull;
 mod stats;

@@ -40,7 +40,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Cmd {
     /// Run the OpenAI-compatible router.
-    Serve(pdgate_server::ServeArgs),
+    Serve(Box<pdgate_server::ServeArgs>),
     /// Run simulated vLLM workers.
     Sim(pdgate_sim::SimArgs),
     /// Replay a Mooncake trace or a built-in workload against an OpenAI-compatible URL.
@@ -76,7 +76,7 @@ fn main() -> std::process::ExitCode {
     };
     let result = rt.block_on(async move {
         match cli.cmd {
-            Cmd::Serve(a) => pdgate_server::run(a).await,
+            Cmd::Serve(a) => pdgate_server::run(*a).await,
             Cmd::Sim(a) => pdgate_sim::run(a).await,
             Cmd::Bench(a) => pdgate_bench::run(a).await,
             Cmd::Demo(a) => pdgate_scenario::demo::run(a).await,

@@ -11,6 +11,7 @@
 #![allow(dead_code)]
 
 pub mod flow;
+pub mod kube;
 pub mod vllm;
 
 use axum::response::Response;
