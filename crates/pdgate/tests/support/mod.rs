@@ -12,6 +12,7 @@
 
 pub mod flow;
 pub mod kube;
+pub mod process;
 pub mod vllm;
 
 use axum::response::Response;
