@@ -301,16 +301,6 @@ impl RoutingHints {
                 Some(Err(_)) => return Err(wrong),
             }
         }
-        if containers.is_empty() {
-            return Ok(RoutingHints {
-                worker_pin: h_worker,
-                prefill_pin: h_prefill,
-                decode_pin: h_decode,
-                dp_rank: h_rank,
-                prefill_dp_rank: h_prefill_rank,
-                session_id,
-            });
-        }
         let body = &containers[..];
         let b_worker = body_group(body, WORKER_PIN_FIELDS, id_from_json, ID_EXPECTED)?;
         let b_prefill = body_group(body, PREFILL_PIN_FIELDS, id_from_json, ID_EXPECTED)?;
@@ -382,6 +372,10 @@ fn body_group<T: PartialEq>(
     parse: fn(&'static str, &Value) -> Result<T, HintError>,
     expected: &'static str,
 ) -> Result<Option<Hint<T>>, HintError> {
+    if body.is_empty() {
+        // No hint container in the body (the usual request): nothing to look up.
+        return Ok(None);
+    }
     let mut found: Option<(Hint<T>, Value)> = None;
     for &path in paths {
         let (container, key) = path.split_once('.').expect("body paths are dotted");

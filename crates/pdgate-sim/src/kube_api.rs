@@ -424,7 +424,7 @@ fn serve(shared: Arc<Shared>, sel: Selection, q: HashMap<String, String>) -> Res
             .collect();
         let bookmarks = q.get("allowWatchBookmarks").is_some_and(|v| v == "true");
         let kind = sel.resource.clone();
-        let rv_now = Arc::new(AtomicU64::new(store.rv));
+        let mut rv_now = store.rv;
         tokio::spawn(async move {
             for l in replay {
                 if tx.send(Ok(l)).await.is_err() {
@@ -436,7 +436,7 @@ fn serve(shared: Arc<Shared>, sel: Selection, q: HashMap<String, String>) -> Res
                 tokio::select! {
                     c = changes.recv() => match c {
                         Ok(c) => {
-                            rv_now.store(c.rv, Ordering::SeqCst);
+                            rv_now = c.rv;
                             if let Some(ev) = sel.event(&c) {
                                 if tx.send(Ok(line(ev))).await.is_err() {
                                     return;
@@ -449,7 +449,7 @@ fn serve(shared: Arc<Shared>, sel: Selection, q: HashMap<String, String>) -> Res
                     _ = tick.tick(), if bookmarks => {
                         let ev = json!({"type": "BOOKMARK", "object": {"apiVersion": kind.api_version,
                             "kind": kind.kind, "metadata": {"resourceVersion":
-                            rv_now.load(Ordering::SeqCst).to_string()}}});
+                            rv_now.to_string()}}});
                         if tx.send(Ok(line(ev))).await.is_err() {
                             return;
                         }

@@ -9,15 +9,10 @@ use pdgate_sim::kube_api::{pod, KubeApi};
 use serde_json::json;
 use std::time::Duration;
 use support::kube::serve;
-use support::{body, send, sim_config, sim_workers, spec};
+use support::{body, health, health_becomes, send, sim_config, sim_workers, spec};
 
 const NS: &str = "serving";
 const GROUP: &str = "inference.networking.k8s.io";
-
-async fn health(url: &str) -> (u16, serde_json::Value) {
-    let r = reqwest::get(format!("{url}/health")).await.unwrap();
-    (r.status().as_u16(), r.json().await.unwrap())
-}
 
 async fn in_flight(url: &str, endpoint: &str) -> u64 {
     let m = support::metrics(url).await;
@@ -56,15 +51,8 @@ async fn serve_discovers_a_pool_waits_for_its_pods_and_follows_them() {
     );
     let labels = [("app", "vllm"), ("llm-d.ai/role", "decode")];
     api.apply_pod(&pod(NS, "vllm-0", "127.0.0.1", true, &labels));
-    let mut ready = false;
-    for _ in 0..50 {
-        if health(&url).await.0 == 200 {
-            ready = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert!(ready, "ready within 5 s of the pool's pods");
+    // Ready within 5 s of the pool's pods.
+    health_becomes(&url, 200, Duration::from_secs(5)).await;
     assert_eq!(health(&url).await.1["endpoints"], 2);
 
     // Requests reach the pod's ranks: the simulators count them.
@@ -125,17 +113,7 @@ async fn serve_discovers_a_pool_waits_for_its_pods_and_follows_them() {
 
     // Ready flips to false: out of rotation within 1 s.
     api.apply_pod(&pod(NS, "vllm-0", "127.0.0.1", false, &relabeled));
-    let started = std::time::Instant::now();
-    loop {
-        if health(&url).await.0 == 503 {
-            break;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(1),
-            "not ready within 1 s"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    health_becomes(&url, 503, Duration::from_secs(1)).await;
     let r = send(&url, &[], &body(1, 16, 1)).await;
     assert_eq!(r.status, 503, "{:?}", r.body);
 }

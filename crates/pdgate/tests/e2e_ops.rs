@@ -8,6 +8,7 @@ use pdgate_scheduler::DEFAULT_CONFIG_YAML;
 use serde_json::{json, Value};
 use std::time::Duration;
 use support::vllm::*;
+use support::{health, health_becomes};
 
 const LIMIT: Duration = Duration::from_secs(15);
 
@@ -119,20 +120,6 @@ async fn engine_gauges_per_endpoint_and_a_slow_metrics_is_still_read() {
     assert_eq!(slow_load.running(), None);
 }
 
-async fn health(url: &str) -> (u16, String) {
-    get_text(&format!("{url}/health")).await
-}
-
-/// Waits until `/health` answers `status`; returns its JSON body.
-async fn health_becomes(url: &str, status: u16) -> Value {
-    wait_for(LIMIT, &format!("/health to answer {status}"), || {
-        let h = health(url);
-        async move { h.await.0 == status }
-    })
-    .await;
-    serde_json::from_str(&health(url).await.1).unwrap()
-}
-
 #[tokio::test]
 async fn health_is_readiness_and_live_is_liveness() {
     let (down_a, down_b) = (dead_address().await, dead_address().await);
@@ -145,7 +132,7 @@ async fn health_is_readiness_and_live_is_liveness() {
     )
     .await;
     let url = format!("http://{}", r.addr);
-    let body = health_becomes(&url, 503).await;
+    let body = health_becomes(&url, 503, LIMIT).await;
     assert_eq!(
         body,
         json!({"status": "not ready", "endpoints": 2, "serving": 0,
@@ -159,7 +146,7 @@ async fn health_is_readiness_and_live_is_liveness() {
         endpoint("d0", &down_a, "decode"),
         endpoint("d2", &up, "decode"),
     ]);
-    let body = health_becomes(&url, 200).await;
+    let body = health_becomes(&url, 200, LIMIT).await;
     assert_eq!(
         (body["status"].as_str(), body["serving"].as_u64()),
         (Some("ready"), Some(1))

@@ -7,7 +7,7 @@ mod support;
 use serde_json::json;
 use std::time::{Duration, Instant};
 use support::process::serve;
-use support::{body, metric, metrics, send, sim_config, sim_worker, spec};
+use support::{body, health_becomes, metric, metrics, send, sim_config, sim_worker, spec};
 
 async fn booked(url: &str, endpoint: &str) -> u64 {
     metric(
@@ -52,20 +52,9 @@ async fn sigterm_drains_the_running_stream_then_exits() {
     let stream = stream_running(&url, &addr, 400).await;
 
     served.terminate();
-    let started = Instant::now();
-    loop {
-        let r = reqwest::get(format!("{url}/health")).await.unwrap();
-        if r.status() == 503 {
-            let h: serde_json::Value = r.json().await.unwrap();
-            assert_eq!(h["reason"], "shutting down");
-            break;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(1),
-            "not ready within 1 s of SIGTERM"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    // Not ready within 1 s of SIGTERM.
+    let h = health_becomes(&url, 503, Duration::from_secs(1)).await;
+    assert_eq!(h["reason"], "shutting down");
     let refused = send(&url, &[], &body(1, 16, 1)).await;
     assert_eq!(refused.status, 503, "{:?}", refused.body);
     assert_eq!(

@@ -203,6 +203,22 @@ pub fn member(name: &str, revision: &str, role: &str) -> WorkerSpec {
     s
 }
 
+/// `GET {url}/health`: its status and JSON body.
+pub async fn health(url: &str) -> (u16, Value) {
+    let r = reqwest::get(format!("{url}/health")).await.unwrap();
+    (r.status().as_u16(), r.json().await.unwrap())
+}
+
+/// Waits up to `limit` until `/health` answers `status`; returns its JSON body.
+pub async fn health_becomes(url: &str, status: u16, limit: Duration) -> Value {
+    vllm::wait_for(limit, &format!("/health to answer {status}"), || {
+        let h = health(url);
+        async move { h.await.0 == status }
+    })
+    .await;
+    health(url).await.1
+}
+
 /// Simulator settings: the defaults with `speedup`.
 pub fn sim_config(speedup: f64) -> SimConfig {
     SimConfig {
