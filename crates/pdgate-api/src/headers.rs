@@ -87,12 +87,17 @@ pub const COORDINATOR_TOKEN: &str = "x-pdgate-coordinator-token";
 pub const INTERNAL: &[&str] = &[
     REVISION_DECISION_ID,
     COORDINATOR_TOKEN,
-    "x-prefiller-host-port",
+    PREFILLER_HOST_PORT,
     "x-encoder-hosts-ports",
     "x-gateway-destination-endpoint",
     "x-gateway-destination-endpoint-served",
     "x-gateway-destination-endpoint-subset",
 ];
+
+/// The prefill endpoint (`host:port`) of a split request, set by an endpoint picker on the
+/// request it sends to the decode pod; llm-d's routing sidecar in front of that pod reads it
+/// and runs the prefill leg there first.
+pub const PREFILLER_HOST_PORT: &str = "x-prefiller-host-port";
 
 /// True when `name` (lower case) is router-owned and must not come from a client.
 pub fn is_internal(name: &str) -> bool {

@@ -16,6 +16,7 @@ pub mod prefer;
 pub mod raw_object;
 pub mod role;
 pub mod spells;
+pub mod sse;
 
 pub use error::{ErrorBody, ErrorDetail};
 pub use kv::KvTransferParams;

@@ -16,7 +16,7 @@ pub mod render;
 pub mod replay;
 pub mod report;
 mod rng;
-pub mod sse;
+pub use pdgate_api::sse;
 pub mod stats;
 pub mod trace;
 mod words;

@@ -123,16 +123,16 @@ pub fn endpoints_file(data: &[u8]) {
     let Ok(text) = std::str::from_utf8(data) else {
         return;
     };
-    let _ = pdgate_server::discovery::parse_endpoints_yaml(text, "fuzz");
-    let _ = pdgate_server::discovery::parse_endpoint_flag(text);
+    let _ = pdgate_fleet::endpoints_file::parse_endpoints_yaml(text, "fuzz");
+    let _ = pdgate_fleet::endpoints_file::parse_endpoint_flag(text);
 }
 
 /// An engine's `/metrics` text and `/v1/models` body, as the scraper reads them.
 pub fn prometheus(data: &[u8]) {
     if let Ok(text) = std::str::from_utf8(data) {
-        let _ = pdgate_server::scrape::parse_engine_metrics(text);
+        let _ = pdgate_fleet::scrape::parse_engine_metrics(text);
     }
-    let _ = pdgate_server::scrape::parse_model_cards(data);
+    let _ = pdgate_fleet::scrape::parse_model_cards(data);
 }
 
 /// An engine's SSE stream through the router-owned-field filter, cut into chunks where the

@@ -1,9 +1,7 @@
 //! Router state, routes, and starting a server on a listener (tests and `demo` run it
 //! in-process on 127.0.0.1:0).
 
-use crate::discovery::{self, DiscoveryError, EndpointRegistry, EndpointSource};
 use crate::metrics::Metrics;
-use crate::scrape;
 use crate::upstream::Upstream;
 use axum::extract::{Request, State};
 use axum::response::{IntoResponse, Response};
@@ -11,6 +9,8 @@ use axum::routing::{get, post};
 use axum::Router;
 use pdgate_api::ApiKind;
 use pdgate_coordinator::header_rules::ForwardRules;
+use pdgate_fleet::discovery::{self, DiscoveryError};
+use pdgate_fleet::{scrape, EndpointRegistry, EndpointSource};
 use pdgate_scheduler::Scheduler;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -262,7 +262,7 @@ async fn models(State(s): State<Arc<AppState>>) -> Response {
             }
         };
     }
-    let data = crate::scrape::merge_model_cards(&s.registry.snapshot());
+    let data = scrape::merge_model_cards(&s.registry.snapshot());
     axum::Json(serde_json::json!({"object": "list", "data": data})).into_response()
 }
 
@@ -334,12 +334,16 @@ pub async fn start_state(
         timeout: opts.scrape_timeout,
         models_every: 25,
     };
+    let effects = crate::bounds::ScrapeEffects {
+        scheduler: opts.scheduler.clone(),
+        metrics: metrics.clone(),
+    };
+    let client = scrape::client::ScrapeClient::new(opts.resilience.timeouts.connect);
     tasks.push(scrape::start(
         registry.clone(),
-        upstream.clone(),
-        metrics.clone(),
+        client,
         settings,
-        crate::bounds::forget_on_restart(opts.scheduler.clone()),
+        Arc::new(effects),
     ));
     let flow = crate::flow_control::FlowController::new(
         opts.scheduler.flow().clone(),
@@ -379,7 +383,7 @@ pub async fn start_state(
 
 impl AppState {
     /// Model ids served by the current endpoints (union of the lists known so far).
-    /// (`/v1/models` answers the engines' own objects, [`crate::scrape::merge_model_cards`].)
+    /// (`/v1/models` answers the engines' own objects, [`scrape::merge_model_cards`].)
     pub fn fleet_models(&self) -> std::collections::BTreeSet<String> {
         let snap = self.registry.snapshot();
         snap.endpoints

@@ -4,9 +4,10 @@ use crate::app::{
     start_state, PhaseRouters, ServeOptions, DEFAULT_MAX_BODY_BYTES, DEFAULT_SCRAPE_INTERVAL_MS,
     DEFAULT_SCRAPE_TIMEOUT_MS,
 };
-use crate::discovery::{check_address, parse_endpoint_flag, EndpointSource};
 use anyhow::Context;
 use pdgate_coordinator::header_rules::ForwardRules;
+use pdgate_fleet::endpoints_file::check_address;
+use pdgate_fleet::EndpointSource;
 use pdgate_scheduler::{Scheduler, DEFAULT_CONFIG_YAML};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -27,38 +28,9 @@ pub struct ServeArgs {
     /// Print the effective scheduler config (defaults injected) and exit.
     #[arg(long)]
     pub print_config: bool,
-    /// Endpoints file (YAML), re-read when it changes.
-    #[arg(long, conflicts_with = "endpoint")]
-    pub endpoints: Option<PathBuf>,
-    /// An endpoint: `HOST:PORT[,name=N][,role=R][,revision=V][,prefix/key=value...]`.
-    /// Repeatable.
-    #[arg(long)]
-    pub endpoint: Vec<String>,
-    /// Kubernetes discovery: the `InferencePool` whose pods are the endpoints (llm-d's EPP
-    /// flag). The cluster is found as kubectl finds it (`KUBECONFIG`, `~/.kube/config`, or the
-    /// in-cluster service account).
-    #[arg(long, conflicts_with_all = ["endpoints", "endpoint", "pod_selector"])]
-    pub pool_name: Option<String>,
-    /// Namespace of the pool and its pods (or of `--pod-selector`'s pods).
-    #[arg(long, env = "NAMESPACE", default_value = "default")]
-    pub pool_namespace: String,
-    /// API group of the pool: `inference.networking.k8s.io` (v1) or
-    /// `inference.networking.x-k8s.io` (v1alpha2).
-    #[arg(long, default_value = pdgate_fleet::kube::pool::GROUP_V1)]
-    pub pool_group: String,
-    /// Kubernetes discovery without a pool: the pods matching this label selector (e.g.
-    /// `app=vllm,llm-d.ai/inference-serving=true`), serving on `--pod-target-ports`.
-    #[arg(long, conflicts_with_all = ["endpoints", "endpoint"])]
-    pub pod_selector: Option<String>,
-    /// Serving ports of each `--pod-selector` pod, comma-separated, in data-parallel rank
-    /// order.
-    #[arg(
-        long,
-        value_delimiter = ',',
-        default_value = "8000",
-        requires = "pod_selector"
-    )]
-    pub pod_target_ports: Vec<u16>,
+    /// Where endpoints come from.
+    #[command(flatten)]
+    pub discovery: pdgate_fleet::args::DiscoveryArgs,
     /// Request body limit, bytes.
     #[arg(long, default_value_t = DEFAULT_MAX_BODY_BYTES)]
     pub max_body_bytes: usize,
@@ -146,34 +118,6 @@ pub fn load_scheduler(path: Option<&PathBuf>) -> anyhow::Result<Scheduler> {
     }
 }
 
-/// The Kubernetes target of `--pool-name` or `--pod-selector`.
-///
-/// Errors: an unknown `--pool-group`, an empty selector, a port 0.
-fn kube_target(args: &ServeArgs) -> anyhow::Result<pdgate_fleet::kube::Target> {
-    use pdgate_fleet::kube::{pool, Target};
-    let namespace = args.pool_namespace.clone();
-    if let Some(name) = &args.pool_name {
-        pool::version_of(&args.pool_group).map_err(anyhow::Error::msg)?;
-        return Ok(Target::Pool {
-            name: name.clone(),
-            namespace,
-            group: args.pool_group.clone(),
-        });
-    }
-    let selector = args.pod_selector.clone().unwrap_or_default();
-    if selector.trim().is_empty() {
-        anyhow::bail!("--pod-selector is empty (it would select every pod of the namespace)");
-    }
-    if args.pod_target_ports.contains(&0) {
-        anyhow::bail!("--pod-target-ports: 0 is not a port");
-    }
-    Ok(Target::Selector {
-        namespace,
-        selector,
-        ports: args.pod_target_ports.clone(),
-    })
-}
-
 /// Runs `pdgate serve` until the process is stopped.
 pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let scheduler = load_scheduler(args.config.as_ref())?;
@@ -181,25 +125,12 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         print!("{}", scheduler.effective_config_yaml());
         return Ok(());
     }
-    let endpoints = match &args.endpoints {
-        Some(path) => EndpointSource::File {
-            path: path.clone(),
-            poll: Duration::from_millis(500),
-        },
-        None if !args.endpoint.is_empty() => EndpointSource::Static(
-            args.endpoint
-                .iter()
-                .map(|f| parse_endpoint_flag(f))
-                .collect::<Result<_, _>>()?,
-        ),
-        None if args.pool_name.is_some() || args.pod_selector.is_some() => {
-            EndpointSource::Kubernetes(kube_target(&args)?)
-        }
+    let endpoints = match args.discovery.source()? {
+        Some(source) => source,
         None if args.decode_router.is_some() => EndpointSource::Static(Vec::new()),
         None => anyhow::bail!(
-            "no endpoints: pass --endpoints FILE, --endpoint ADDR, --pool-name POOL or \
-             --pod-selector SELECTOR (or --prefill-router and --decode-router to coordinate \
-             routers)"
+            "{} (or --prefill-router and --decode-router to coordinate routers)",
+            pdgate_fleet::args::NO_ENDPOINTS
         ),
     };
     let addr = tokio::net::lookup_host((args.host.as_str(), args.port))

@@ -3,10 +3,10 @@
 //!
 //! | state | keyed by | bound | forgets |
 //! |---|---|---|---|
-//! | endpoint load cells ([`crate::discovery::EndpointRegistry`]) | endpoint | endpoints of the current list | when the endpoint leaves (retired, dropped) |
+//! | endpoint load cells ([`pdgate_fleet::EndpointRegistry`]) | endpoint | endpoints of the current list | when the endpoint leaves (retired, dropped) |
 //! | prefix index ([`pdgate_scheduler::prefix::PrefixIndex`]) | endpoint, block hash | `lruCapacityPerServer` blocks × endpoints of the current list | on every endpoint change, endpoints that left; on an engine restart, that endpoint |
 //! | circuit breakers ([`crate::breaker::Breakers`]) | endpoint | endpoints of the current list | on every endpoint change, endpoints that left |
-//! | scrape tracking ([`crate::scrape`]) | endpoint | endpoints of the current list | endpoints that left, on the next tick |
+//! | scrape tracking ([`pdgate_fleet::scrape`]) | endpoint | endpoints of the current list | endpoints that left, on the next tick |
 //! | sessions ([`crate::session::SessionTable`]) | `x-session-id` | 65,536 (LRU), 10 min TTL | least recently used; a binding to a departed endpoint is ignored and rebound |
 //! | revision decision ids (rollout screener) | `x-llm-d-revision-decision-id` | 65,536 (LRU) | least recently used |
 //! | revision decision counts (rollout screener) | revision | revisions with an endpoint in the snapshot | revisions that left, on the next screen or scrape |
@@ -18,8 +18,9 @@
 //! endpoint leaves.
 
 use crate::breaker::Breakers;
-use crate::discovery::EndpointRegistry;
-use crate::scrape::OnRestart;
+use crate::metrics::Metrics;
+use pdgate_fleet::scrape::ScrapeObserver;
+use pdgate_fleet::EndpointRegistry;
 use pdgate_scheduler::Scheduler;
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -47,11 +48,25 @@ pub fn forget_departed(
     }))
 }
 
-/// The scraper's restart callback: drops the endpoint's prefix-cache credit in `scheduler`.
-pub fn forget_on_restart(scheduler: Arc<Scheduler>) -> OnRestart {
-    Arc::new(move |endpoint: &str| {
-        scheduler.forget_endpoint(endpoint);
-    })
+/// What the scraper tells a router: failures and restarts are counted
+/// (`pdgate_scrape_errors_total`, `pdgate_engine_restarts_total`) and a restarted engine's
+/// prefix-cache credit is dropped from `scheduler`.
+pub struct ScrapeEffects {
+    /// Whose prefix indexes forget a restarted engine.
+    pub scheduler: Arc<Scheduler>,
+    /// Where the counts go.
+    pub metrics: Arc<Metrics>,
+}
+
+impl ScrapeObserver for ScrapeEffects {
+    fn scrape_failed(&self, _endpoint: &str) {
+        self.metrics.scrape_errors.inc();
+    }
+
+    fn engine_restarted(&self, endpoint: &str) {
+        self.metrics.engine_restarts.inc();
+        self.scheduler.forget_endpoint(endpoint);
+    }
 }
 
 #[cfg(test)]

@@ -168,19 +168,18 @@ impl ApiError {
     }
 }
 
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
+impl ApiError {
+    /// The answer for this error, as status, headers and OpenAI error body: the one rule
+    /// for both front ends (the HTTP proxy answers it; the ext_proc EPP sends it as an
+    /// immediate response).
+    pub fn into_parts(self) -> (StatusCode, http::HeaderMap, Vec<u8>) {
         let status = self.status();
         let body = ErrorBody::new(status.as_u16(), self.to_string()).to_bytes();
-        let mut resp = (
-            status,
-            [(
-                http::header::CONTENT_TYPE,
-                HeaderValue::from_static("application/json"),
-            )],
-            body,
-        )
-            .into_response();
+        let mut h = http::HeaderMap::new();
+        h.insert(
+            http::header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
         if matches!(
             self,
             ApiError::BodyTooLarge { .. }
@@ -189,21 +188,19 @@ impl IntoResponse for ApiError {
                 | ApiError::BodyBudget { .. }
         ) {
             // The rest of the body was not read: the connection cannot carry another request.
-            resp.headers_mut()
-                .insert(http::header::CONNECTION, HeaderValue::from_static("close"));
+            h.insert(http::header::CONNECTION, HeaderValue::from_static("close"));
         }
         if let ApiError::BodyBudget { .. } = self {
-            resp.headers_mut()
-                .insert(http::header::RETRY_AFTER, HeaderValue::from_static("1"));
+            h.insert(http::header::RETRY_AFTER, HeaderValue::from_static("1"));
         }
         if let ApiError::Pipeline(PipelineError::PrefillUnavailable { reason }) = &self {
-            resp.headers_mut().insert(
+            h.insert(
                 crate::forward::FALLBACK_REASON,
                 crate::forward::reason_header(reason),
             );
         }
         if let ApiError::Dropped { reason, .. } = &self {
-            resp.headers_mut().insert(
+            h.insert(
                 headers::REQUEST_DROPPED_REASON,
                 HeaderValue::from_static(reason),
             );
@@ -211,8 +208,7 @@ impl IntoResponse for ApiError {
         if let ApiError::Rejected(r) = &self {
             if let Rejection::Saturated { .. } = r.reason {
                 if let Ok(v) = HeaderValue::from_str(&r.reason.to_string()) {
-                    resp.headers_mut()
-                        .insert(headers::REQUEST_DROPPED_REASON, v);
+                    h.insert(headers::REQUEST_DROPPED_REASON, v);
                 }
             }
             // Headers stamped by `RequestRejected` hooks (e.g. the revision chosen for a
@@ -222,10 +218,19 @@ impl IntoResponse for ApiError {
                     http::HeaderName::from_bytes(name.as_bytes()),
                     HeaderValue::from_str(value),
                 ) {
-                    resp.headers_mut().append(n, v);
+                    h.append(n, v);
                 }
             }
         }
+        (status, h, body)
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let (status, headers, body) = self.into_parts();
+        let mut resp = (status, body).into_response();
+        *resp.headers_mut() = headers;
         resp
     }
 }

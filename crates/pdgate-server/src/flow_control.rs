@@ -12,11 +12,11 @@
 //! request also gets an [`InFlight`] ticket for the life of its answer, and a cycle whose
 //! highest queued band stays blocked may evict sheddable ones ([`crate::flow_eviction`]).
 
-use crate::discovery::EndpointRegistry;
 use crate::flow_eviction::{Evictions, InFlight};
 pub use crate::flow_key::{flow_key, priority, FlowKey, Objectives};
 use crate::flow_metrics::FlowMetrics;
 use parking_lot::Mutex;
+use pdgate_fleet::EndpointRegistry;
 use pdgate_scheduler::flow::{detector, FlowSettings, Item, Outcome, Queues};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};

@@ -92,7 +92,7 @@ async fn timer_anchor() {
 mod tests {
     use super::*;
     use crate::app::{start_state, ServeOptions};
-    use crate::discovery::EndpointSource;
+    use pdgate_fleet::EndpointSource;
     use pdgate_scheduler::{Scheduler, DEFAULT_CONFIG_YAML};
 
     #[tokio::test]

@@ -62,7 +62,7 @@ impl TrustedCallers {
     ///
     /// Errors: the file cannot be read, or the token is invalid (as [`Self::new`]).
     pub fn token_from_file(networks: Vec<IpNet>, path: &Path) -> Result<Self, String> {
-        let text = crate::file_read::read_regular_file(path, 4096)
+        let text = pdgate_fleet::file_read::read_regular_file(path, 4096)
             .map_err(|e| format!("{}: {e}", path.display()))?;
         Self::new(networks, Some(text.trim())).map_err(|e| format!("{}: {e}", path.display()))
     }

@@ -1,6 +1,7 @@
 //! The pooled upstream HTTP client: sends one leg within its [`LegTimeouts`] and classifies
 //! what went wrong as a [`FailureKind`] (the failure rule, `failure.rs`, decides what follows).
-//! Used by both dispatchers (engines and per-role routers) and by the metrics scraper.
+//! Used by both dispatchers (engines and per-role routers) and by a coordinator's
+//! `/v1/models`.
 
 use crate::leg_body::LegBody;
 use crate::timeouts::LegTimeouts;
@@ -8,7 +9,6 @@ use bytes::Bytes;
 use http::{HeaderMap, Method, Request};
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::{connect::HttpConnector, Client};
-use hyper_util::rt::TokioExecutor;
 use pdgate_coordinator::{DispatchError, FailureKind, PhaseResponse};
 use std::time::Duration;
 use tokio::time::Instant;
@@ -23,15 +23,8 @@ pub struct Upstream {
 impl Upstream {
     /// A client whose TCP connects time out after `connect_timeout`.
     pub fn new(connect_timeout: Duration) -> Self {
-        let mut connector = HttpConnector::new();
-        connector.set_nodelay(true);
-        connector.set_connect_timeout(Some(connect_timeout));
-        let client = Client::builder(TokioExecutor::new())
-            .pool_idle_timeout(Duration::from_secs(90))
-            .pool_max_idle_per_host(256)
-            .build(connector);
         Upstream {
-            client,
+            client: pdgate_fleet::scrape::client::pooled_client(connect_timeout, 256),
             connect_timeout,
         }
     }
@@ -133,9 +126,7 @@ impl Upstream {
 /// completions), bytes: 64 MiB, the default cap of a client request body.
 pub const MAX_ANSWER_BYTES: usize = 64 << 20;
 
-/// Largest `/metrics` or `/v1/models` read from an engine, bytes (a vLLM `/metrics` is about
-/// 100 KB).
-pub const MAX_SCRAPE_BYTES: usize = 8 << 20;
+pub use pdgate_fleet::scrape::client::MAX_SCRAPE_BYTES;
 
 /// Reads a whole body of at most `max_bytes`: each wait bounded by `body` and the whole by
 /// `left` (the rest of the leg's deadline).
@@ -198,14 +189,4 @@ fn classify_client_error(endpoint: &str, e: &hyper_util::client::legacy::Error) 
     DispatchError::new(kind, endpoint, error_chain(e))
 }
 
-/// `e` and its sources, joined by `: `.
-pub fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
-        cur = c.source();
-    }
-    s
-}
+pub use pdgate_fleet::scrape::client::error_chain;

@@ -41,6 +41,8 @@ struct Cli {
 enum Cmd {
     /// Run the OpenAI-compatible router.
     Serve(Box<pdgate_server::ServeArgs>),
+    /// Run as an Envoy ext_proc endpoint picker (EPP) behind a Gateway.
+    Epp(Box<pdgate_epp::EppArgs>),
     /// Run simulated vLLM workers.
     Sim(pdgate_sim::SimArgs),
     /// Replay a Mooncake trace or a built-in workload against an OpenAI-compatible URL.
@@ -77,6 +79,7 @@ fn main() -> std::process::ExitCode {
     let result = rt.block_on(async move {
         match cli.cmd {
             Cmd::Serve(a) => pdgate_server::run(*a).await,
+            Cmd::Epp(a) => pdgate_epp::run(*a).await,
             Cmd::Sim(a) => pdgate_sim::run(a).await,
             Cmd::Bench(a) => pdgate_bench::run(a).await,
             Cmd::Demo(a) => pdgate_scenario::demo::run(a).await,

@@ -4,8 +4,8 @@
 
 mod support;
 
+use pdgate_fleet::endpoints_file::parse_endpoints_yaml;
 use pdgate_scheduler::DEFAULT_CONFIG_YAML;
-use pdgate_server::discovery::parse_endpoints_yaml;
 use serde_json::json;
 use support::{fake_engine, router, send, url};
 

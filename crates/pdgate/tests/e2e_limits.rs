@@ -108,7 +108,7 @@ async fn scrapes_of_a_large_fleet_run_at_most_64_at_a_time() {
     let peak = peak.load(Ordering::SeqCst);
     assert_eq!(
         peak,
-        pdgate_server::scrape::MAX_CONCURRENT_SCRAPES,
+        pdgate_fleet::scrape::MAX_CONCURRENT_SCRAPES,
         "peak {peak}"
     );
 }

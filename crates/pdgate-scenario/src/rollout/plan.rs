@@ -366,7 +366,7 @@ mod tests {
     fn endpoints_yaml_parses_with_the_router_discovery() {
         let all = listings(&DEFAULT_STEPS);
         let yaml = endpoints_yaml(&all[3], &|name| format!("127.0.0.1:{}", 9000 + name.len()));
-        let eps = pdgate_server::discovery::parse_endpoints_yaml(&yaml, "step.yaml").unwrap();
+        let eps = pdgate_fleet::endpoints_file::parse_endpoints_yaml(&yaml, "step.yaml").unwrap();
         let listed = all[3].iter().filter(|(_, l)| *l != Listing::Absent).count();
         assert_eq!(eps.len(), listed);
         let term = eps.iter().find(|e| e.name == "a-decode-5").unwrap();

@@ -82,10 +82,11 @@ fn signature_of(router: &ServerHandle) -> Signature {
 }
 
 fn expected_signature(yaml: &str) -> anyhow::Result<Signature> {
-    let mut s: Signature = pdgate_server::discovery::parse_endpoints_yaml(yaml, "rollout step")?
-        .into_iter()
-        .map(|e| (e.name, e.ready, e.terminating))
-        .collect();
+    let mut s: Signature =
+        pdgate_fleet::endpoints_file::parse_endpoints_yaml(yaml, "rollout step")?
+            .into_iter()
+            .map(|e| (e.name, e.ready, e.terminating))
+            .collect();
     s.sort();
     Ok(s)
 }

@@ -10,6 +10,7 @@
 //! Not every test file uses every helper, hence the module-wide `dead_code` allowance.
 #![allow(dead_code)]
 
+pub mod envoy;
 pub mod flow;
 pub mod kube;
 pub mod process;

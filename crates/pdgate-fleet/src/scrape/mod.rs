@@ -17,20 +17,21 @@
 //! and logged at warn level when the endpoint starts failing, at info when it answers again
 //! (not every tick). An engine restart — `process_start_time_seconds` changed, or a failing
 //! endpoint back without the same start time ([`health::ScrapeHealth::observe`]) — calls
-//! `on_restart` (the server drops its prefix-cache credit) and is counted in
-//! `pdgate_engine_restarts_total`.
+//! [`ScrapeObserver::engine_restarted`] (a front end drops its prefix-cache credit and counts
+//! it in `pdgate_engine_restarts_total`); failures call [`ScrapeObserver::scrape_failed`].
+//! The scraper owns its HTTP client ([`client::ScrapeClient`]) and knows neither front end.
 //!
 //! Bound: one tracking entry per endpoint of the current snapshot (entries of endpoints that
 //! left are dropped on the next tick), and at most one scrape in flight per endpoint.
 
+pub mod client;
 pub mod health;
 mod parse;
 
 pub use parse::{merge_model_cards, parse_engine_metrics, parse_model_cards, EngineGauges};
 
-use crate::discovery::EndpointRegistry;
-use crate::metrics::Metrics;
-use crate::upstream::Upstream;
+use crate::registry::EndpointRegistry;
+use client::ScrapeClient;
 use health::{Change, Scrape, ScrapeHealth};
 use parking_lot::Mutex;
 use pdgate_scheduler::EndpointLoad;
@@ -45,8 +46,14 @@ use tokio::task::JoinSet;
 /// time instead of opening 10,000 connections every interval.
 pub const MAX_CONCURRENT_SCRAPES: usize = 64;
 
-/// Called with an endpoint's name when its engine restarted.
-pub type OnRestart = Arc<dyn Fn(&str) + Send + Sync>;
+/// What a front end learns from the scraper, by endpoint name: it counts failures and
+/// restarts in its own metrics and drops state that a restarted engine no longer holds.
+pub trait ScrapeObserver: Send + Sync + 'static {
+    /// A `/metrics` scrape of `endpoint` failed (each failure, every tick).
+    fn scrape_failed(&self, endpoint: &str);
+    /// `endpoint`'s engine restarted: its caches are empty.
+    fn engine_restarted(&self, endpoint: &str);
+}
 
 /// How the scraper runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -80,10 +87,9 @@ struct Job {
 /// Scrapes forever; abort the returned task to stop (its scrapes in flight stop with it).
 pub fn start(
     registry: Arc<EndpointRegistry>,
-    upstream: Upstream,
-    metrics: Arc<Metrics>,
+    client: ScrapeClient,
     settings: ScrapeSettings,
-    on_restart: OnRestart,
+    observer: Arc<dyn ScrapeObserver>,
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(settings.interval);
@@ -124,13 +130,12 @@ pub fn start(
                     tracked: t,
                     want_models: periodic || e.load.models().is_none(),
                 };
-                let (up, metrics, on_restart) =
-                    (upstream.clone(), metrics.clone(), on_restart.clone());
+                let (client, observer) = (client.clone(), observer.clone());
                 let permits = permits.clone();
                 scrapes.spawn(async move {
                     // The semaphore is never closed; a scrape without a permit is skipped.
                     if let Ok(_permit) = permits.acquire_owned().await {
-                        scrape_one(&job, &up, &metrics, settings.timeout, &on_restart).await;
+                        scrape_one(&job, &client, settings.timeout, &*observer).await;
                         let interval = settings.interval.as_millis() as u64;
                         let skip = job.tracked.health.lock().ticks_to_skip(interval);
                         job.tracked.skip.store(skip, Ordering::Release);
@@ -144,27 +149,25 @@ pub fn start(
 
 /// `GET path` bounded by `timeout` for head and body; `Err` names the failure.
 async fn fetch(
-    up: &Upstream,
+    client: &ScrapeClient,
     job: &Job,
     path: &str,
     timeout: Duration,
 ) -> Result<bytes::Bytes, String> {
-    match tokio::time::timeout(timeout, up.get(&job.name, &job.address, path, timeout)).await {
-        Ok(Ok((200, body))) => Ok(body),
-        Ok(Ok((status, _))) => Err(format!("status {status}")),
-        Ok(Err(e)) => Err(e.to_string()),
-        Err(_) => Err(format!("timed out after {} ms", timeout.as_millis())),
+    match client.get(&job.address, path, timeout).await {
+        Ok((200, body)) => Ok(body),
+        Ok((status, _)) => Err(format!("status {status}")),
+        Err(e) => Err(e),
     }
 }
 
 async fn scrape_one(
     job: &Job,
-    up: &Upstream,
-    metrics: &Metrics,
+    client: &ScrapeClient,
     timeout: Duration,
-    on_restart: &OnRestart,
+    observer: &dyn ScrapeObserver,
 ) {
-    let (scrape, error) = match fetch(up, job, "/metrics", timeout).await {
+    let (scrape, error) = match fetch(client, job, "/metrics", timeout).await {
         Ok(body) => {
             let g = parse_engine_metrics(&String::from_utf8_lossy(&body));
             job.load.set_scraped(g.running, g.waiting, g.kv_usage);
@@ -172,7 +175,7 @@ async fn scrape_one(
             (Scrape::Answered { start_time }, None)
         }
         Err(e) => {
-            metrics.scrape_errors.inc();
+            observer.scrape_failed(&job.name);
             job.load.set_scraped(None, None, None);
             (Scrape::Failed, Some(e))
         }
@@ -190,8 +193,7 @@ async fn scrape_one(
         None => {}
     }
     if verdict.restarted {
-        metrics.engine_restarts.inc();
-        on_restart(&job.name);
+        observer.engine_restarted(&job.name);
         tracing::warn!(
             endpoint = %job.name,
             "engine restarted (process_start_time_seconds changed, or back after failing); \
@@ -199,7 +201,7 @@ async fn scrape_one(
         );
     }
     if error.is_none() && (job.want_models || verdict.restarted) {
-        if let Some(cards) = fetch(up, job, "/v1/models", timeout)
+        if let Some(cards) = fetch(client, job, "/v1/models", timeout)
             .await
             .ok()
             .and_then(|b| parse_model_cards(&b))

@@ -1,6 +1,9 @@
-//! Unit tests of `discovery`: the endpoints file and flag forms, limits, loads kept by name.
+//! Unit tests of `endpoints_file`: the endpoints file and flag forms, limits, and the registry keeping loads by name.
 
 use super::*;
+use crate::registry::EndpointRegistry;
+use parking_lot::Mutex;
+use std::sync::Arc;
 
 #[test]
 fn deep_nesting_is_refused_before_parsing() {

@@ -1,6 +1,5 @@
-//! Endpoint discovery from a static YAML file (re-read when it changes), from `--endpoint`
-//! flags or from Kubernetes (an `InferencePool` and its pods: `pdgate_fleet::kube`), and the
-//! registry that turns endpoint lists into scheduler snapshots.
+//! The endpoints file and the `--endpoint` flag: their format, the checks on addresses,
+//! labels and names, and the watcher that re-reads the file when it changes.
 //!
 //! File format:
 //! ```yaml
@@ -14,38 +13,14 @@
 //!                                # endpoints prefill-0-rank-0 and prefill-0-rank-1
 //! ```
 
-use arc_swap::ArcSwap;
+use crate::source::{DiscoveryError, EndpointWatcher};
 use futures_util::future::BoxFuture;
-use parking_lot::Mutex;
 use pdgate_api::{labels, Role};
-pub use pdgate_fleet::source::{DiscoveryError, EndpointWatcher};
-use pdgate_scheduler::{Endpoint, EndpointLoad, EndpointState, Snapshot};
+use pdgate_scheduler::Endpoint;
 use serde::Deserialize;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::Duration;
-
-/// Where endpoints come from.
-#[derive(Debug)]
-pub enum EndpointSource {
-    /// A YAML file, polled for changes every `poll` interval.
-    File {
-        /// Path of the file.
-        path: PathBuf,
-        /// How often its modification time and size are checked.
-        poll: Duration,
-    },
-    /// A fixed list (from `--endpoint` flags or tests).
-    Static(Vec<Endpoint>),
-    /// Any other watched source.
-    Watch(Box<dyn EndpointWatcher>),
-    /// A Kubernetes `InferencePool` or pod selector, through the cluster configuration of
-    /// the environment ([`pdgate_fleet::kube::client_from_env`]). Unlike the others, the
-    /// start does not wait for its first list: the server comes up not ready (`/health`
-    /// 503 "no endpoints known") until the first full list of pods is applied.
-    Kubernetes(pdgate_fleet::kube::Target),
-}
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -213,7 +188,7 @@ fn endpoint(
     Ok(Endpoint::new(name, address, labels))
 }
 
-fn check_unique(eps: &[Endpoint]) -> Result<(), String> {
+pub(crate) fn check_unique(eps: &[Endpoint]) -> Result<(), String> {
     let mut seen = std::collections::HashSet::new();
     for e in eps {
         if !seen.insert(e.name.as_str()) {
@@ -223,79 +198,16 @@ fn check_unique(eps: &[Endpoint]) -> Result<(), String> {
     Ok(())
 }
 
-/// Called with every new snapshot, right after it is swapped in.
-pub type SnapshotListener = Box<dyn Fn(&Snapshot) + Send + Sync>;
-
-/// Holds the current [`Snapshot`] and the per-endpoint load cells that outlive snapshots.
-///
-/// Bound: one load cell per endpoint of the current list; a cell whose endpoint left is
-/// retired ([`EndpointLoad::retire`]) and dropped, and a name that comes back gets a new one.
-#[derive(Default)]
-pub struct EndpointRegistry {
-    snapshot: ArcSwap<Snapshot>,
-    loads: Mutex<HashMap<String, Arc<EndpointLoad>>>,
-    /// True once a first endpoint list was applied (an empty one counts).
-    known: std::sync::atomic::AtomicBool,
-    /// Told of every new snapshot (state keyed by endpoint name forgets departed ones).
-    listeners: Mutex<Vec<SnapshotListener>>,
-}
-
-impl EndpointRegistry {
-    /// The current snapshot (cheap: an `Arc` load).
-    pub fn snapshot(&self) -> Arc<Snapshot> {
-        self.snapshot.load_full()
-    }
-
-    /// True once any endpoint list was applied.
-    pub fn is_known(&self) -> bool {
-        self.known.load(std::sync::atomic::Ordering::Acquire)
-    }
-
-    /// Calls `listener` with every snapshot applied from now on (under the registry's lock,
-    /// so listeners see snapshots in order; keep them short and never call back into
-    /// [`Self::apply`]).
-    pub fn on_change(&self, listener: SnapshotListener) {
-        self.listeners.lock().push(listener);
-    }
-
-    /// Replaces the endpoint set. Load cells (in-flight counts, scraped gauges) carry over by
-    /// endpoint name, so in-flight requests on a kept endpoint stay counted; the cells of
-    /// endpoints that left are retired. Listeners then see the new snapshot.
-    pub fn apply(&self, endpoints: Vec<Endpoint>) {
-        let mut loads = self.loads.lock();
-        let mut next = HashMap::with_capacity(endpoints.len());
-        let states = endpoints
-            .into_iter()
-            .map(|endpoint| {
-                let load = loads.remove(&endpoint.name).unwrap_or_default();
-                next.insert(endpoint.name.clone(), load.clone());
-                Arc::new(EndpointState { endpoint, load })
-            })
-            .collect();
-        for gone in loads.values() {
-            gone.retire();
-        }
-        *loads = next;
-        let version = self.snapshot.load().version + 1;
-        let snap = Arc::new(Snapshot {
-            endpoints: states,
-            version,
-        });
-        self.snapshot.store(snap.clone());
-        self.known.store(true, std::sync::atomic::Ordering::Release);
-        for listener in self.listeners.lock().iter() {
-            listener(&snap);
-        }
-    }
-}
+/// Log site of an unreadable endpoints file (one line per second at most).
+static ENDPOINTS_FILE_LOG: crate::log_limit::Site = crate::log_limit::Site::new(0);
 
 /// Watches a YAML endpoints file: re-reads it every `poll` and yields it when its content
 /// changed.
-struct FileWatcher {
-    path: PathBuf,
-    poll: Duration,
+pub(crate) struct FileWatcher {
+    pub(crate) path: PathBuf,
+    pub(crate) poll: Duration,
     /// Content of the last yielded (or rejected) version; `None` before the first read.
-    last: Option<String>,
+    pub(crate) last: Option<String>,
 }
 
 impl EndpointWatcher for FileWatcher {
@@ -328,7 +240,7 @@ impl EndpointWatcher for FileWatcher {
                         }))
                     }
                     Err(e) => {
-                        if crate::log_limit::allow(&crate::log_limit::ENDPOINTS_FILE) {
+                        if crate::log_limit::allow(&ENDPOINTS_FILE_LOG) {
                             tracing::error!(file = %name, error = %e, "endpoints file unreadable");
                         }
                         continue;
@@ -345,63 +257,6 @@ impl EndpointWatcher for FileWatcher {
     }
 }
 
-/// Applies `source` to `registry`: once for a static list; for a watched source, its first
-/// list now (an error there fails the start) and every later list until the returned task
-/// is aborted (a list that cannot be used keeps the previous endpoints and is logged).
-/// In-flight requests are never dropped: loads are carried over by endpoint name.
-pub async fn start(
-    source: EndpointSource,
-    registry: Arc<EndpointRegistry>,
-) -> Result<Option<tokio::task::JoinHandle<()>>, DiscoveryError> {
-    let mut watcher: Box<dyn EndpointWatcher> = match source {
-        EndpointSource::Static(eps) => {
-            check_unique(&eps).map_err(|message| DiscoveryError {
-                source_name: "--endpoint".into(),
-                message,
-            })?;
-            registry.apply(eps);
-            return Ok(None);
-        }
-        EndpointSource::File { path, poll } => Box::new(FileWatcher {
-            path,
-            poll,
-            last: None,
-        }),
-        EndpointSource::Watch(w) => w,
-        EndpointSource::Kubernetes(target) => {
-            let client = pdgate_fleet::kube::client_from_env().await?;
-            let watcher = pdgate_fleet::kube::KubeWatcher::new(client, target)?;
-            return Ok(Some(tokio::spawn(follow(Box::new(watcher), registry))));
-        }
-    };
-    match watcher.next().await {
-        Some(first) => registry.apply(first?),
-        None => return Ok(None),
-    }
-    Ok(Some(tokio::spawn(follow(watcher, registry))))
-}
-
-/// Applies every later list of `watcher` to `registry` until the watch ends (a list that
-/// cannot be used keeps the previous endpoints and is logged).
-async fn follow(mut watcher: Box<dyn EndpointWatcher>, registry: Arc<EndpointRegistry>) {
-    while let Some(next) = watcher.next().await {
-        match next {
-            Ok(eps) => {
-                let ready = eps.iter().filter(|e| e.schedulable()).count();
-                tracing::info!(source = %watcher.name(), endpoints = eps.len(), ready, "endpoints applied");
-                if let Err(message) = check_unique(&eps) {
-                    tracing::error!(source = %watcher.name(), %message, "endpoint list rejected; keeping the previous endpoints");
-                    continue;
-                }
-                registry.apply(eps);
-            }
-            Err(e) => {
-                tracing::error!(error = %e, "endpoint list rejected; keeping the previous endpoints")
-            }
-        }
-    }
-}
-
 #[cfg(test)]
-#[path = "discovery_tests.rs"]
+#[path = "endpoints_file_tests.rs"]
 mod tests;

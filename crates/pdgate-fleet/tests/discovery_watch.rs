@@ -3,9 +3,9 @@
 //! labels — and in-flight bookings on kept endpoints survive the change.
 
 use futures_util::future::BoxFuture;
+use pdgate_fleet::discovery::{self, DiscoveryError, EndpointWatcher};
+use pdgate_fleet::{EndpointRegistry, EndpointSource};
 use pdgate_scheduler::{Endpoint, InFlightGuard};
-use pdgate_server::discovery::{self, DiscoveryError, EndpointWatcher};
-use pdgate_server::{EndpointRegistry, EndpointSource};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -132,7 +132,7 @@ async fn file_changes_apply_within_a_second() {
 
 #[test]
 fn label_values_are_checked_and_a_revision_must_not_be_empty() {
-    use pdgate_server::discovery::parse_endpoints_yaml;
+    use pdgate_fleet::endpoints_file::parse_endpoints_yaml;
     let file = |rev: &str| {
         format!(
             "endpoints:\n- name: d0\n  address: 127.0.0.1:9000\n  labels: {{llm-d.ai/role: decode, disaggregatedset.x-k8s.io/revision: {rev:?}}}\n"

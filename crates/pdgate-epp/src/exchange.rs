@@ -1,0 +1,378 @@
+//! One ext_proc stream: the life of one HTTP request through Envoy, as a sync state machine.
+//! Each message Envoy sends goes in; the answers to send back come out, in the order Envoy
+//! requires (request headers → request body, then response headers → response body).
+//!
+//! - Request headers: kept. A header-only request (`end_of_stream`) goes to a random ready
+//!   endpoint of the subset at once.
+//! - Request body: buffered to `end_of_stream` (over the limit: an immediate 413), parsed once
+//!   and routed ([`crate::pick`]); the answer is the headers answer (destination header,
+//!   `x-prefiller-host-port` when split, router-owned client headers removed, dynamic
+//!   metadata, route cache cleared) then the body in chunks of at most 62,000 bytes.
+//! - Response headers: the endpoint that served (`…-served` metadata, else the response
+//!   header of that name, else the pick) gets the booking — it moves if Envoy fell back; the
+//!   prefill booking of a split request ends (the sidecar ran prefill before decode
+//!   answered); the screener's stamps (the served revision) are added.
+//! - Response body: passed back chunk by chunk, `usage` read on the way; at end of stream the
+//!   booking completes and is released.
+//!
+//! Every booking is owned by the [`Exchange`]: dropping it (stream reset, Envoy gone) releases
+//! them, as a response body's end does in `serve`.
+
+use crate::messages::{self, Half};
+use crate::metadata;
+use crate::pick::{self, Buffered, Routed};
+use crate::state::Epp;
+use crate::usage::UsageReader;
+use bytes::BytesMut;
+use envoy_types::pb::envoy::config::core::v3::HeaderMap as EnvoyHeaders;
+use envoy_types::pb::envoy::service::ext_proc::v3::{
+    processing_request::Request, ProcessingRequest, ProcessingResponse,
+};
+use http::{HeaderMap, HeaderName, HeaderValue};
+use pdgate_api::headers;
+use pdgate_scheduler::{InFlightGuard, Pick};
+use pdgate_server::errors::ApiError;
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+/// The booking of the endpoint that is serving the request.
+#[derive(Debug)]
+enum Serving {
+    /// The pick served it (its booking fires the scheduler's hooks).
+    Picked(Pick),
+    /// Envoy fell back to another endpoint: that endpoint is booked instead.
+    Moved { _booking: InFlightGuard },
+}
+
+/// One stream's state (see the module docs).
+pub struct Exchange {
+    epp: Arc<Epp>,
+    path: String,
+    headers: HeaderMap,
+    subset: Option<BTreeSet<String>>,
+    body: BytesMut,
+    routed: Option<Routed>,
+    serving: Option<Serving>,
+    usage: Option<UsageReader>,
+    status: u16,
+    /// True once an immediate response was sent: nothing more is answered.
+    done: bool,
+}
+
+/// What one message produced: the answers to send, and whether the stream is over.
+pub type Answers = Vec<ProcessingResponse>;
+
+impl Exchange {
+    /// A new stream of `epp`.
+    pub fn new(epp: Arc<Epp>) -> Self {
+        Exchange {
+            epp,
+            path: String::new(),
+            headers: HeaderMap::new(),
+            subset: None,
+            body: BytesMut::new(),
+            routed: None,
+            serving: None,
+            usage: None,
+            status: 0,
+            done: false,
+        }
+    }
+
+    /// True once an immediate response ended the exchange.
+    pub fn is_done(&self) -> bool {
+        self.done
+    }
+
+    /// Handles one message from Envoy; returns the answers to send.
+    pub fn on_message(&mut self, msg: ProcessingRequest) -> Answers {
+        if self.done {
+            return Vec::new();
+        }
+        let meta = msg.metadata_context.as_ref();
+        match msg.request {
+            Some(Request::RequestHeaders(h)) => {
+                self.subset = metadata::subset_hint(meta);
+                self.read_request_headers(h.headers.as_ref());
+                if h.end_of_stream {
+                    return self.header_only();
+                }
+                Vec::new()
+            }
+            Some(Request::RequestBody(b)) => {
+                if self.body.len() + b.body.len() > self.epp.max_body_bytes {
+                    let limit = self.epp.max_body_bytes;
+                    return self.reject(ApiError::BodyTooLarge { limit });
+                }
+                self.body.extend_from_slice(&b.body);
+                if b.end_of_stream {
+                    return self.route();
+                }
+                Vec::new()
+            }
+            Some(Request::RequestTrailers(_)) => vec![messages::trailers(Half::Request)],
+            Some(Request::ResponseHeaders(h)) => {
+                let served = metadata::served(meta);
+                self.on_response_headers(h.headers.as_ref(), served, h.end_of_stream)
+            }
+            Some(Request::ResponseBody(b)) => {
+                if let Some(u) = &mut self.usage {
+                    u.push(&b.body);
+                }
+                let answers = messages::body(Half::Response, &b.body, b.end_of_stream);
+                if b.end_of_stream {
+                    self.finish();
+                }
+                answers
+            }
+            Some(Request::ResponseTrailers(_)) => {
+                self.finish();
+                vec![messages::trailers(Half::Response)]
+            }
+            None => Vec::new(),
+        }
+    }
+
+    fn read_request_headers(&mut self, h: Option<&EnvoyHeaders>) {
+        for hv in h.map(|h| h.headers.as_slice()).unwrap_or_default() {
+            let value = if hv.raw_value.is_empty() {
+                hv.value.as_bytes()
+            } else {
+                &hv.raw_value
+            };
+            let key = hv.key.to_ascii_lowercase();
+            if key == ":path" {
+                self.path = String::from_utf8_lossy(value).into_owned();
+                continue;
+            }
+            if key.starts_with(':') {
+                continue;
+            }
+            if let (Ok(n), Ok(v)) = (
+                HeaderName::from_bytes(key.as_bytes()),
+                HeaderValue::from_bytes(value),
+            ) {
+                self.headers.append(n, v);
+            }
+        }
+    }
+
+    /// Router-owned headers the client sent: removed before the request goes upstream.
+    fn owned_to_remove(&self) -> Vec<String> {
+        let mut names: Vec<String> = (self.headers.keys())
+            .map(|k| k.as_str())
+            .filter(|k| headers::is_internal(k))
+            .map(str::to_string)
+            .collect();
+        names.dedup();
+        names
+    }
+
+    fn header_only(&mut self) -> Answers {
+        match pick::random(&self.epp, self.subset.as_ref()) {
+            Ok(dest) => {
+                self.epp.counters.picks.with_label_values(&["random"]).inc();
+                vec![self.destination_headers(&dest, None, None)]
+            }
+            Err(e) => self.reject(e),
+        }
+    }
+
+    /// The request headers answer: the destination list, the prefiller of a split request,
+    /// the body's length when one follows, router-owned client headers removed.
+    fn destination_headers(
+        &self,
+        destinations: &str,
+        prefiller: Option<&str>,
+        body_len: Option<usize>,
+    ) -> ProcessingResponse {
+        let mut set = vec![(metadata::DESTINATION.to_string(), destinations.to_string())];
+        if let Some(p) = prefiller {
+            set.push((headers::PREFILLER_HOST_PORT.to_string(), p.to_string()));
+        }
+        if let Some(n) = body_len {
+            set.push(("content-length".to_string(), n.to_string()));
+        }
+        let remove: Vec<String> = (self.owned_to_remove().into_iter())
+            .filter(|n| !set.iter().any(|(k, _)| k == n))
+            .collect();
+        let meta = metadata::destination_metadata(destinations);
+        messages::headers(Half::Request, &set, &remove, Some(meta))
+    }
+
+    fn route(&mut self) -> Answers {
+        let body = std::mem::take(&mut self.body).freeze();
+        let api = pick::api_of(&self.path);
+        let Some(api) = api else {
+            // Not an API the scheduler reads: a random ready endpoint, as for header-only.
+            return match pick::random(&self.epp, self.subset.as_ref()) {
+                Ok(dest) => {
+                    self.epp.counters.picks.with_label_values(&["random"]).inc();
+                    let mut out = vec![self.destination_headers(&dest, None, Some(body.len()))];
+                    out.extend(messages::body(Half::Request, &body, true));
+                    out
+                }
+                Err(e) => self.reject(e),
+            };
+        };
+        let buffered = Buffered {
+            path: &self.path,
+            headers: &self.headers,
+            body: body.clone(),
+            subset: self.subset.as_ref(),
+        };
+        let started = std::time::Instant::now();
+        let routed = match pick::route(&self.epp, api, &buffered) {
+            Ok(r) => r,
+            Err(e) => return self.reject(e),
+        };
+        self.epp
+            .metrics
+            .scheduling
+            .observe(started.elapsed().as_secs_f64());
+        let destinations = routed.destinations.join(",");
+        let prefiller = routed
+            .prefill
+            .as_ref()
+            .map(|p| p.endpoint.endpoint.address.clone());
+        self.epp.metrics.count_pd_decision(prefiller.is_some());
+        let kind = if prefiller.is_some() {
+            "split"
+        } else {
+            "scheduled"
+        };
+        self.epp.counters.picks.with_label_values(&[kind]).inc();
+        let mut out =
+            vec![self.destination_headers(&destinations, prefiller.as_deref(), Some(body.len()))];
+        out.extend(messages::body(Half::Request, &body, true));
+        self.routed = Some(routed);
+        out
+    }
+
+    fn on_response_headers(
+        &mut self,
+        h: Option<&EnvoyHeaders>,
+        served_meta: Option<String>,
+        end_of_stream: bool,
+    ) -> Answers {
+        let mut sse = false;
+        let mut served_header = None;
+        for hv in h.map(|h| h.headers.as_slice()).unwrap_or_default() {
+            let value = if hv.raw_value.is_empty() {
+                hv.value.clone()
+            } else {
+                String::from_utf8_lossy(&hv.raw_value).into_owned()
+            };
+            match hv.key.to_ascii_lowercase().as_str() {
+                ":status" => self.status = value.trim().parse().unwrap_or(0),
+                "content-type" => sse = value.starts_with("text/event-stream"),
+                metadata::SERVED => served_header = metadata::first_address(&value),
+                _ => {}
+            }
+        }
+        self.usage = Some(UsageReader::new(sse));
+        let mut set = Vec::new();
+        if let Some(mut routed) = self.routed.take() {
+            // The sidecar ran the prefill leg before decode answered: that booking ends.
+            if let Some(mut p) = routed.prefill.take() {
+                if (200..300).contains(&self.status) {
+                    p.guard.complete();
+                }
+            }
+            let picked = routed.decode.endpoint.endpoint.address.clone();
+            let served = served_meta.or(served_header).unwrap_or(picked.clone());
+            if served == picked {
+                for (k, v) in self
+                    .epp
+                    .scheduler
+                    .response_received(&routed.decode, self.status)
+                {
+                    set.push((k, v));
+                }
+                self.serving = Some(Serving::Picked(routed.decode));
+            } else {
+                self.serving = self
+                    .move_booking(&picked, &served)
+                    .map(|b| Serving::Moved { _booking: b });
+                // Dropped uncompleted: the pick did not serve (its abandon hooks fire).
+                drop(routed.decode);
+            }
+        }
+        let out = vec![messages::headers(Half::Response, &set, &[], None)];
+        if end_of_stream {
+            self.finish();
+        }
+        out
+    }
+
+    /// Books the endpoint at `served` (Envoy fell back from `picked`).
+    fn move_booking(&self, picked: &str, served: &str) -> Option<InFlightGuard> {
+        let snap = self.epp.registry.snapshot();
+        let found = snap.endpoints.iter().find(|e| e.endpoint.address == served);
+        tracing::info!(
+            picked,
+            served,
+            known = found.is_some(),
+            "data plane fell back to another endpoint; booking moved"
+        );
+        let outcome = if found.is_some() {
+            "moved"
+        } else {
+            "unknown_endpoint"
+        };
+        self.epp
+            .counters
+            .fallbacks
+            .with_label_values(&[outcome])
+            .inc();
+        found.map(|e| InFlightGuard::book(&e.load))
+    }
+
+    /// The response ended: the booking completes (2xx) and is released; the request is
+    /// counted.
+    fn finish(&mut self) {
+        let usage = self.usage.as_mut().and_then(UsageReader::finish);
+        if let Some(u) = &usage {
+            tracing::debug!(
+                prompt_tokens = u.prompt_tokens,
+                completion_tokens = u.completion_tokens,
+                "usage"
+            );
+        }
+        if let Some(Serving::Picked(mut p)) = self.serving.take() {
+            if (200..300).contains(&self.status) {
+                p.guard.complete();
+            }
+        }
+        self.epp
+            .metrics
+            .count_request("ext_proc", &self.status.to_string());
+        self.done = true;
+    }
+
+    /// Ends the exchange with an immediate response for `e` (the statuses and OpenAI bodies
+    /// of `pdgate serve`, design.md §5.5).
+    fn reject(&mut self, e: ApiError) -> Answers {
+        let details = e.to_string();
+        let (status, h, body) = e.into_parts();
+        let set: Vec<(String, String)> = h
+            .iter()
+            .filter(|(k, _)| *k != http::header::CONNECTION)
+            .filter_map(|(k, v)| Some((k.as_str().to_string(), v.to_str().ok()?.to_string())))
+            .collect();
+        self.epp.metrics.count_request("ext_proc", status.as_str());
+        self.done = true;
+        vec![messages::immediate(status.as_u16(), &set, body, &details)]
+    }
+}
+
+impl Drop for Exchange {
+    /// A stream that ends before its response did (Envoy reset it, the client left): its
+    /// bookings are released with the fields; the request is counted as 499.
+    fn drop(&mut self) {
+        if !self.done && (self.routed.is_some() || self.serving.is_some()) {
+            self.epp.metrics.count_request("ext_proc", "499");
+            self.epp.counters.resets.inc();
+        }
+    }
+}

@@ -1,0 +1,202 @@
+//! Routing one buffered request, as `pdgate serve` does, for an endpoint picker: the body
+//! parsed once, routing hints (pins, DP ranks, sessions) read, the scheduler run with the
+//! same config and screeners, restricted to the data plane's subset hint. The answer names
+//! the destination (the decode or aggregated pick, then fallbacks of the same revision and
+//! role) and, when the decider splits, the prefill endpoint for llm-d's routing sidecar.
+
+use crate::state::Epp;
+use http::HeaderMap;
+use pdgate_api::hints::RoutingHints;
+use pdgate_api::{headers, ApiKind, InferenceRequest};
+use pdgate_scheduler::{Endpoint, EndpointState, Pick, RequestHeaders, SchedulingRequest};
+use pdgate_server::errors::ApiError;
+use rand::seq::IndexedRandom;
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+/// Most fallback endpoints named after the pick (Envoy tries them in order when the pick
+/// fails and retries are configured).
+pub const MAX_FALLBACKS: usize = 2;
+
+/// A routed request: where Envoy sends it and what is booked.
+#[derive(Debug)]
+pub struct Routed {
+    /// `ip:port` of the pick, then its fallbacks.
+    pub destinations: Vec<String>,
+    /// The decode (or aggregated) pick, booked.
+    pub decode: Pick,
+    /// The prefill pick of a split request, booked; its address goes in
+    /// `x-prefiller-host-port`.
+    pub prefill: Option<Pick>,
+}
+
+/// The parts of a request the picker reads.
+pub struct Buffered<'a> {
+    /// `:path` without the query.
+    pub path: &'a str,
+    /// Request headers (pseudo-headers removed).
+    pub headers: &'a HeaderMap,
+    /// The whole body.
+    pub body: bytes::Bytes,
+    /// The subset hint: `None` = the whole pool.
+    pub subset: Option<&'a BTreeSet<String>>,
+}
+
+/// The inference API of `path` (its query removed), if it is one the scheduler reads.
+pub fn api_of(path: &str) -> Option<ApiKind> {
+    match path.split('?').next().unwrap_or_default() {
+        "/v1/completions" => Some(ApiKind::Completions),
+        "/v1/chat/completions" => Some(ApiKind::ChatCompletions),
+        _ => None,
+    }
+}
+
+/// Headers as the scheduler's plugins read them, without the client's copies of router-owned
+/// and forwarded headers (a client must not choose a revision or a decision id).
+struct View<'a>(&'a HeaderMap);
+
+impl RequestHeaders for View<'_> {
+    fn header(&self, name: &str) -> Option<&str> {
+        if headers::is_internal(name) || name == headers::DISAGG_REVISION {
+            return None;
+        }
+        self.0.get(name).and_then(|v| v.to_str().ok())
+    }
+}
+
+fn in_subset(subset: Option<&BTreeSet<String>>, e: &Endpoint) -> bool {
+    subset.is_none_or(|s| s.contains(&e.address))
+}
+
+/// A random schedulable endpoint in the subset (a request the scheduler does not read, e.g.
+/// `GET /v1/models`).
+///
+/// Errors: none in the subset → 503.
+pub fn random(epp: &Epp, subset: Option<&BTreeSet<String>>) -> Result<String, ApiError> {
+    let snap = epp.registry.snapshot();
+    let ready: Vec<&Arc<EndpointState>> = (snap.endpoints.iter())
+        .filter(|e| e.endpoint.schedulable() && in_subset(subset, &e.endpoint))
+        .collect();
+    match ready.choose(&mut rand::rng()) {
+        Some(e) => Ok(e.endpoint.address.clone()),
+        None => Err(no_endpoint(subset)),
+    }
+}
+
+fn no_endpoint(subset: Option<&BTreeSet<String>>) -> ApiError {
+    let reason = match subset {
+        Some(_) => {
+            "the subset hint (x-gateway-destination-endpoint-subset) matches no ready endpoint"
+        }
+        None => "no ready endpoint",
+    };
+    ApiError::Rejected(
+        pdgate_scheduler::Rejection::Screened {
+            reason: reason.into(),
+        }
+        .into(),
+    )
+}
+
+/// Routes an inference request of `api` (see the module docs).
+///
+/// Errors ([`ApiError`], answered as immediate responses): a bad body or hint (400), an
+/// unknown model (404), the scheduler's rejections (503 screened or no endpoint, 429
+/// saturated, pins), a subset that matches no ready endpoint (503).
+pub fn route(epp: &Epp, api: ApiKind, req: &Buffered<'_>) -> Result<Routed, ApiError> {
+    let parsed = InferenceRequest::from_bytes(api, req.body.clone())?;
+    let snapshot = epp.registry.snapshot();
+    if !snapshot.endpoints.is_empty()
+        && !snapshot
+            .endpoints
+            .iter()
+            .any(|e| e.load.serves(&parsed.model))
+    {
+        return Err(ApiError::ModelNotFound(parsed.model));
+    }
+    if req.subset.is_some()
+        && !(snapshot.endpoints.iter())
+            .any(|e| e.endpoint.schedulable() && in_subset(req.subset, &e.endpoint))
+    {
+        return Err(no_endpoint(req.subset));
+    }
+    let h = req.headers;
+    let hints = RoutingHints::parse(|n| h.get(n)?.to_str().ok(), &parsed.body)?;
+    let session_id = hints.session_id.as_ref().map(|s| s.value.clone());
+    let now = tokio::time::Instant::now();
+    let session = session_id
+        .as_deref()
+        .and_then(|id| epp.sessions.lookup(id, now));
+    let rid = h
+        .get(headers::REQUEST_ID)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default();
+    let subset = req.subset;
+    let outside = |e: &Endpoint| !in_subset(subset, e);
+    let result = epp.scheduler.schedule(
+        &SchedulingRequest {
+            headers: &View(h),
+            hints: (!hints.is_empty()).then_some(&hints),
+            session: session.as_ref(),
+            avoid: Some(&outside),
+            ..SchedulingRequest::new(rid, &parsed.model, &parsed.prompt)
+        },
+        &snapshot,
+    )?;
+    if let Some(id) = &session_id {
+        epp.sessions.bind(id, &result, now);
+    }
+    // A handoff is single-consumer: with `n > 1` decode recomputes (design.md §5.2).
+    let prefill = result.prefill.filter(|_| parsed.n == 1);
+    let decode = result.decode;
+    let mut destinations = vec![decode.endpoint.endpoint.address.clone()];
+    if !decode.pinned {
+        destinations.extend(fallbacks(
+            &snapshot.endpoints,
+            &decode,
+            &parsed.model,
+            subset,
+        ));
+    }
+    Ok(Routed {
+        destinations,
+        decode,
+        prefill,
+    })
+}
+
+/// Up to [`MAX_FALLBACKS`] other endpoints that could serve `pick`'s phase: schedulable, in the
+/// subset, serving `model`, of the same revision (never another version) and the same role
+/// as the pick; least loaded first.
+fn fallbacks(
+    all: &[Arc<EndpointState>],
+    pick: &Pick,
+    model: &str,
+    subset: Option<&BTreeSet<String>>,
+) -> Vec<String> {
+    let chosen = &pick.endpoint.endpoint;
+    let mut others: Vec<&Arc<EndpointState>> = all
+        .iter()
+        .filter(|e| {
+            let ep = &e.endpoint;
+            ep.name != chosen.name
+                && ep.address != chosen.address
+                && ep.schedulable()
+                && in_subset(subset, ep)
+                && e.load.serves(model)
+                && ep.revision() == chosen.revision()
+                && ep.role == chosen.role
+        })
+        .collect();
+    others.sort_by(|a, b| a.load.queue_depth().total_cmp(&b.load.queue_depth()));
+    let mut out: Vec<String> = Vec::new();
+    for e in others {
+        if out.len() == MAX_FALLBACKS {
+            break;
+        }
+        if !out.contains(&e.endpoint.address) {
+            out.push(e.endpoint.address.clone());
+        }
+    }
+    out
+}

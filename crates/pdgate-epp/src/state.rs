@@ -1,0 +1,165 @@
+//! The EPP's shared state: the same scheduler, endpoint registry, discovery and engine
+//! scraping as `pdgate serve` (from `pdgate-fleet`), plus the session table and metrics.
+
+use pdgate_fleet::discovery::{self, DiscoveryError};
+use pdgate_fleet::{scrape, EndpointRegistry, EndpointSource};
+use pdgate_scheduler::Scheduler;
+use pdgate_server::metrics::Metrics;
+use pdgate_server::session::SessionTable;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// What an EPP needs to start.
+pub struct EppOptions {
+    /// The scheduler (from an EndpointPickerConfig).
+    pub scheduler: Arc<Scheduler>,
+    /// Where endpoints come from.
+    pub endpoints: EndpointSource,
+    /// Request body limit, bytes (over it: an immediate 413).
+    pub max_body_bytes: usize,
+    /// Engine `/metrics` scrape interval.
+    pub scrape_interval: Duration,
+    /// Time allowed for one scrape (head and body).
+    pub scrape_timeout: Duration,
+}
+
+impl EppOptions {
+    /// Options with `pdgate serve`'s defaults.
+    pub fn new(scheduler: Arc<Scheduler>, endpoints: EndpointSource) -> Self {
+        use pdgate_server::app::{
+            DEFAULT_MAX_BODY_BYTES, DEFAULT_SCRAPE_INTERVAL_MS, DEFAULT_SCRAPE_TIMEOUT_MS,
+        };
+        EppOptions {
+            scheduler,
+            endpoints,
+            max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+            scrape_interval: Duration::from_millis(DEFAULT_SCRAPE_INTERVAL_MS),
+            scrape_timeout: Duration::from_millis(DEFAULT_SCRAPE_TIMEOUT_MS),
+        }
+    }
+}
+
+/// The EPP's own counters (in the same registry as the rest of its metrics).
+pub struct EppCounters {
+    /// `pdgate_epp_picks_total{kind}`: destinations answered — `scheduled` (aggregated),
+    /// `split` (P/D, with `x-prefiller-host-port`), `random` (a request the scheduler does
+    /// not read).
+    pub picks: prometheus::IntCounterVec,
+    /// `pdgate_epp_fallbacks_total{outcome}`: responses served by another endpoint than the
+    /// pick (`moved`: the booking followed; `unknown_endpoint`: not in the pool).
+    pub fallbacks: prometheus::IntCounterVec,
+    /// `pdgate_epp_stream_resets_total`: streams that ended before their response did.
+    pub resets: prometheus::IntCounter,
+}
+
+impl EppCounters {
+    fn new(registry: &prometheus::Registry) -> prometheus::Result<Self> {
+        let picks = prometheus::IntCounterVec::new(
+            prometheus::Opts::new("pdgate_epp_picks_total", "Destinations answered, by kind"),
+            &["kind"],
+        )?;
+        let fallbacks = prometheus::IntCounterVec::new(
+            prometheus::Opts::new(
+                "pdgate_epp_fallbacks_total",
+                "Responses served by another endpoint than the pick",
+            ),
+            &["outcome"],
+        )?;
+        let resets = prometheus::IntCounter::new(
+            "pdgate_epp_stream_resets_total",
+            "ext_proc streams that ended before their response did",
+        )?;
+        registry.register(Box::new(picks.clone()))?;
+        registry.register(Box::new(fallbacks.clone()))?;
+        registry.register(Box::new(resets.clone()))?;
+        Ok(EppCounters {
+            picks,
+            fallbacks,
+            resets,
+        })
+    }
+}
+
+/// Shared state of one EPP.
+pub struct Epp {
+    /// The scheduler.
+    pub scheduler: Arc<Scheduler>,
+    /// Current endpoints and their loads.
+    pub registry: Arc<EndpointRegistry>,
+    /// `x-session-id` bindings.
+    pub sessions: Arc<SessionTable>,
+    /// Metrics (`pdgate_requests_total{api="ext_proc"}`, scrape counters, endpoint gauges).
+    pub metrics: Arc<Metrics>,
+    /// The EPP's own counters.
+    pub counters: EppCounters,
+    /// Request body limit, bytes.
+    pub max_body_bytes: usize,
+    draining: AtomicBool,
+}
+
+impl Epp {
+    /// Starts discovery and engine scraping; returns the state and its background tasks
+    /// (abort them to stop).
+    ///
+    /// Errors: the endpoint source is invalid (bad file, duplicate names).
+    pub async fn start(
+        opts: EppOptions,
+    ) -> Result<(Arc<Epp>, Vec<tokio::task::JoinHandle<()>>), DiscoveryError> {
+        let registry = Arc::new(EndpointRegistry::default());
+        let metrics = Arc::new(Metrics::new());
+        let counters = EppCounters::new(metrics.registry()).map_err(|e| DiscoveryError {
+            source_name: "metrics".into(),
+            message: e.to_string(),
+        })?;
+        // Envoy retries and falls back; the EPP keeps no breakers, but the helper that makes
+        // the prefix index forget departed endpoints is shared with `serve`.
+        let breakers = Arc::new(pdgate_server::breaker::Breakers::default());
+        pdgate_server::bounds::forget_departed(&registry, opts.scheduler.clone(), breakers);
+        let mut tasks = Vec::new();
+        if let Some(t) = discovery::start(opts.endpoints, registry.clone()).await? {
+            tasks.push(t);
+        }
+        let effects = pdgate_server::bounds::ScrapeEffects {
+            scheduler: opts.scheduler.clone(),
+            metrics: metrics.clone(),
+        };
+        let settings = scrape::ScrapeSettings {
+            interval: opts.scrape_interval,
+            timeout: opts.scrape_timeout,
+            models_every: 25,
+        };
+        tasks.push(scrape::start(
+            registry.clone(),
+            scrape::client::ScrapeClient::new(Duration::from_secs(2)),
+            settings,
+            Arc::new(effects),
+        ));
+        let epp = Arc::new(Epp {
+            scheduler: opts.scheduler,
+            registry,
+            sessions: Arc::default(),
+            metrics,
+            counters,
+            max_body_bytes: opts.max_body_bytes,
+            draining: AtomicBool::new(false),
+        });
+        Ok((epp, tasks))
+    }
+
+    /// Ready to pick: the first endpoint list was applied and the EPP is not draining.
+    pub fn ready(&self) -> bool {
+        self.registry.is_known() && !self.draining.load(Ordering::Acquire)
+    }
+
+    /// Starts draining: readiness turns false; streams in progress go on.
+    pub fn drain(&self) {
+        self.draining.store(true, Ordering::Release);
+    }
+
+    /// Sum of in-flight bookings over every current endpoint.
+    pub fn in_flight_total(&self) -> u32 {
+        let snap = self.registry.snapshot();
+        snap.endpoints.iter().map(|e| e.load.in_flight()).sum()
+    }
+}

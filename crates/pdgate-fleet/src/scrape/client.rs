@@ -1,0 +1,96 @@
+//! The scraper's own HTTP client: `GET http://{address}{path}` and the whole body, bounded
+//! in time and bytes. Separate from the front ends' upstream clients (whose pools carry
+//! inference legs), so that the fleet crate needs neither front end.
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Empty, Limited};
+use hyper_util::client::legacy::{connect::HttpConnector, Client};
+use hyper_util::rt::TokioExecutor;
+use std::time::Duration;
+
+/// Largest `/metrics` or `/v1/models` read from an engine, bytes (a vLLM `/metrics` is about
+/// 100 KB).
+pub const MAX_SCRAPE_BYTES: usize = 8 << 20;
+
+/// Keep-alive HTTP/1.1 client for engine scrapes.
+#[derive(Clone)]
+pub struct ScrapeClient {
+    client: Client<HttpConnector, Empty<Bytes>>,
+}
+
+/// A keep-alive HTTP/1.1 client (no Nagle delay, idle connections kept 90 s, at most
+/// `max_idle_per_host` of them per host) whose TCP connects time out after
+/// `connect_timeout`: the one client setup of the scraper and of the front ends' upstreams.
+pub fn pooled_client<B>(
+    connect_timeout: Duration,
+    max_idle_per_host: usize,
+) -> Client<HttpConnector, B>
+where
+    B: hyper::body::Body + Send,
+    B::Data: Send,
+{
+    let mut connector = HttpConnector::new();
+    connector.set_nodelay(true);
+    connector.set_connect_timeout(Some(connect_timeout));
+    Client::builder(TokioExecutor::new())
+        .pool_idle_timeout(Duration::from_secs(90))
+        .pool_max_idle_per_host(max_idle_per_host)
+        .build(connector)
+}
+
+impl ScrapeClient {
+    /// A client whose TCP connects time out after `connect_timeout` (one idle connection per
+    /// engine is all a scrape every interval needs).
+    pub fn new(connect_timeout: Duration) -> Self {
+        ScrapeClient {
+            client: pooled_client(connect_timeout, 1),
+        }
+    }
+
+    /// `GET http://{address}{path}`: the status and whole body (at most
+    /// [`MAX_SCRAPE_BYTES`]) within `timeout` for head and body together.
+    ///
+    /// Errors: a message naming what failed (connect, status line, body over the limit,
+    /// timed out after `timeout` ms).
+    pub async fn get(
+        &self,
+        address: &str,
+        path: &str,
+        timeout: Duration,
+    ) -> Result<(u16, Bytes), String> {
+        let uri: http::Uri = format!("http://{address}{path}")
+            .parse()
+            .map_err(|e: http::uri::InvalidUri| e.to_string())?;
+        let exchange = async {
+            let resp = self.client.get(uri).await.map_err(|e| error_chain(&e))?;
+            let status = resp.status().as_u16();
+            let body = Limited::new(resp.into_body(), MAX_SCRAPE_BYTES)
+                .collect()
+                .await
+                .map_err(|e| {
+                    if e.is::<http_body_util::LengthLimitError>() {
+                        format!("answer over {MAX_SCRAPE_BYTES} bytes")
+                    } else {
+                        error_chain(&*e)
+                    }
+                })?;
+            Ok((status, body.to_bytes()))
+        };
+        match tokio::time::timeout(timeout, exchange).await {
+            Ok(r) => r,
+            Err(_) => Err(format!("timed out after {} ms", timeout.as_millis())),
+        }
+    }
+}
+
+/// `e` and its sources, joined by `: `.
+pub fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        cur = c.source();
+    }
+    s
+}
