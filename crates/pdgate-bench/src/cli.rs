@@ -5,6 +5,7 @@ use crate::chat::{chat_workload, ChatWorkloadConfig};
 use crate::client::first_model;
 use crate::mooncake::{mooncake_work, MOONCAKE_BLOCK_TOKENS};
 use crate::replay::{replay, ReplayConfig};
+use crate::targets::Targets;
 use crate::trace::load_mooncake;
 use crate::work::WorkItem;
 use std::path::PathBuf;
@@ -15,9 +16,16 @@ pub const WORKLOADS: &[&str] = &["chat"];
 /// Flags of `pdgate bench`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct BenchArgs {
-    /// Base URL of any OpenAI-compatible server.
-    #[arg(long, default_value = "http://127.0.0.1:8000")]
-    pub url: String,
+    /// Base URL of any OpenAI-compatible server. Repeat it (or give a comma list) to send
+    /// the requests to several in turn, request i to URL i mod n (router replicas behind a
+    /// Service without affinity); the report then counts requests per URL.
+    #[arg(
+        long = "url",
+        value_name = "URL",
+        default_value = "http://127.0.0.1:8000",
+        value_delimiter = ','
+    )]
+    pub urls: Vec<String>,
     /// Mooncake JSONL trace to replay (`timestamp` ms, `input_length`, `output_length`,
     /// `hash_ids`); replaces --workload.
     #[arg(long, value_name = "FILE", conflicts_with = "workload")]
@@ -115,9 +123,10 @@ pub fn build_work(args: &BenchArgs) -> anyhow::Result<Vec<WorkItem>> {
 /// and, after the report is printed, a replay in which no request succeeded.
 pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
     let work = build_work(&args)?;
+    let targets = Targets::new(&args.urls)?;
     let model = match &args.model {
         Some(m) => m.clone(),
-        None => first_model(&reqwest::Client::new(), &args.url).await?,
+        None => first_model(&reqwest::Client::new(), targets.for_request(0)).await?,
     };
     if !args.quiet {
         let source = args.trace.as_ref().map_or_else(
@@ -127,7 +136,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         eprintln!(
             "replaying {} requests ({source}) against {} with model {model}",
             work.len(),
-            args.url
+            targets.all().join(", ")
         );
     }
     let cfg = ReplayConfig {
@@ -137,7 +146,8 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         progress: !args.quiet,
         ordered: args.ordered,
         headers: args.headers.clone(),
-        ..ReplayConfig::new(args.url.clone(), model)
+        urls: targets.all().to_vec(),
+        ..ReplayConfig::new("", model)
     };
     let report = replay(&cfg, work).await?;
     print!("{}", report.render_table());
@@ -172,13 +182,19 @@ mod tests {
         let a = parse(&[]).unwrap();
         assert_eq!(
             (
-                a.url.as_str(),
+                a.urls.as_slice(),
                 a.workload.as_str(),
                 a.speedup,
                 a.concurrency,
                 a.seed
             ),
-            ("http://127.0.0.1:8000", "chat", 1.0, 64, 42)
+            (
+                &["http://127.0.0.1:8000".to_string()][..],
+                "chat",
+                1.0,
+                64,
+                42
+            )
         );
         let a = parse(&[
             "--trace",
@@ -208,6 +224,14 @@ mod tests {
         );
         assert_eq!(a.headers, vec![("x-a".to_string(), "1".to_string())]);
         assert!(a.quiet);
+    }
+
+    #[test]
+    fn several_urls_repeated_or_comma_separated() {
+        let a = parse(&["--url", "http://a:1", "--url", "http://b:2,http://c:3"]).unwrap();
+        assert_eq!(a.urls, ["http://a:1", "http://b:2", "http://c:3"]);
+        let a = parse(&["--url", "http://a:1"]).unwrap();
+        assert_eq!(a.urls, ["http://a:1"]);
     }
 
     #[test]

@@ -61,6 +61,10 @@ pub struct RequestRecord {
     /// Which endpoints served the request.
     #[serde(flatten)]
     pub served: ServedBy,
+    /// The base URL it was sent to, when the replay had several (absent from the JSON
+    /// otherwise).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
     /// `usage.prompt_tokens`, when the stream reported usage.
     pub prompt_tokens: Option<u32>,
     /// `usage.prompt_tokens_details.cached_tokens`, when reported.
@@ -141,6 +145,7 @@ impl StreamTracker {
             ok,
             error: self.error,
             served,
+            url: None,
             prompt_tokens: self.prompt_tokens,
             cached_tokens: self.cached_tokens.or(self.prompt_tokens.map(|_| 0)),
             output_tokens: self.completion_tokens.unwrap_or(self.chunks),
@@ -184,6 +189,7 @@ mod tests {
                 ok: true,
                 error: None,
                 served: ServedBy::default(),
+                url: None,
                 prompt_tokens: Some(100),
                 cached_tokens: Some(64),
                 output_tokens: 3,

@@ -56,6 +56,9 @@ impl Report {
         for (k, v) in &self.requests_by_endpoint {
             rows.push((format!("endpoint {k}"), v.to_string()));
         }
+        for (k, v) in &self.requests_by_url {
+            rows.push((format!("url {k}"), v.to_string()));
+        }
         rows
     }
 }

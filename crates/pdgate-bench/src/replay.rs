@@ -3,6 +3,7 @@
 
 use crate::client::send_one;
 use crate::report::Report;
+use crate::targets::Targets;
 use crate::work::WorkItem;
 use indicatif::{ProgressBar, ProgressStyle};
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
@@ -15,8 +16,9 @@ use tokio::task::JoinSet;
 /// How to replay a workload.
 #[derive(Debug, Clone)]
 pub struct ReplayConfig {
-    /// Base URL of an OpenAI-compatible server, e.g. `http://127.0.0.1:8000`.
-    pub url: String,
+    /// Base URLs of OpenAI-compatible servers, e.g. `http://127.0.0.1:8000`: request *i* of
+    /// the workload goes to URL *i* mod *n* (see [`Targets`]).
+    pub urls: Vec<String>,
     /// `model` sent in every body.
     pub model: String,
     /// Arrival times are divided by this; `0` or `inf` = send as fast as `concurrency` allows.
@@ -38,11 +40,11 @@ pub struct ReplayConfig {
 }
 
 impl ReplayConfig {
-    /// Defaults for `url` and `model`: speedup 1, concurrency 64, no cap, no progress bar, no
+    /// Defaults for one `url` and `model`: speedup 1, concurrency 64, no cap, no progress bar, no
     /// extra headers, 10 s connect timeout, not ordered.
     pub fn new(url: impl Into<String>, model: impl Into<String>) -> Self {
         ReplayConfig {
-            url: url.into(),
+            urls: vec![url.into()],
             model: model.into(),
             speedup: 1.0,
             concurrency: 64,
@@ -70,11 +72,12 @@ pub fn send_offset(at_ms: u64, speedup: f64) -> anyhow::Result<Option<Duration>>
     )))
 }
 
-/// Replays `work` against `cfg.url` and reports. Requests go to `/v1/completions` or
-/// `/v1/chat/completions` by item kind (see [`WorkItem::body`]).
+/// Replays `work` against `cfg.urls` (in turn) and reports. Requests go to `/v1/completions`
+/// or `/v1/chat/completions` by item kind (see [`WorkItem::body`]). With several URLs each
+/// record names its URL and the report counts them (`requests_by_url`).
 ///
-/// Errors: bad `speedup`, `concurrency` 0, an invalid extra header, or an HTTP client that
-/// cannot be built. Request failures are not errors: they are counted in the report.
+/// Errors: bad `speedup`, `concurrency` 0, no URL, an invalid extra header, or an HTTP client
+/// that cannot be built. Request failures are not errors: they are counted in the report.
 pub async fn replay(cfg: &ReplayConfig, work: Vec<WorkItem>) -> anyhow::Result<Report> {
     send_offset(0, cfg.speedup)?;
     anyhow::ensure!(cfg.concurrency >= 1, "concurrency must be at least 1");
@@ -83,7 +86,7 @@ pub async fn replay(cfg: &ReplayConfig, work: Vec<WorkItem>) -> anyhow::Result<R
         .pool_max_idle_per_host(cfg.concurrency)
         .connect_timeout(cfg.connect_timeout)
         .build()?;
-    let base = cfg.url.trim_end_matches('/').to_string();
+    let targets = Targets::new(&cfg.urls)?;
     let bar = progress_bar(cfg.progress, work.len() as u64);
     let slots = Arc::new(Semaphore::new(cfg.concurrency));
     let mut tasks = JoinSet::new();
@@ -95,11 +98,14 @@ pub async fn replay(cfg: &ReplayConfig, work: Vec<WorkItem>) -> anyhow::Result<R
         }
         let permit = slots.clone().acquire_owned().await?;
         let body = item.body(&cfg.model, cfg.max_output_tokens);
+        let base = targets.for_request(index);
         let url = format!("{base}{}", item.api().path());
+        let named = targets.several().then(|| base.to_string());
         let (client, headers, bar) = (client.clone(), headers.clone(), bar.clone());
         let (head_tx, head_rx) = tokio::sync::oneshot::channel();
         tasks.spawn(async move {
-            let record = send_one(&client, &url, &headers, &body, index, Some(head_tx)).await;
+            let mut record = send_one(&client, &url, &headers, &body, index, Some(head_tx)).await;
+            record.url = named;
             drop(permit);
             bar.inc(1);
             record

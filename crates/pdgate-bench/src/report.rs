@@ -43,6 +43,10 @@ pub struct Report {
     pub pd_modes: BTreeMap<String, u64>,
     /// Served revision mix: `"prefill:<rev>"` / `"decode:<rev>"` → count.
     pub revisions: BTreeMap<String, u64>,
+    /// Requests sent to each base URL, when the replay alternated over several (empty, and
+    /// absent from the JSON, with one).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub requests_by_url: BTreeMap<String, u64>,
     /// One record per request, in workload order.
     pub records: Vec<RequestRecord>,
 }
@@ -90,6 +94,9 @@ impl Report {
             }
             if let Some(mode) = &s.pd_mode {
                 bump(&mut rep.pd_modes, mode.clone());
+            }
+            if let Some(url) = &r.url {
+                bump(&mut rep.requests_by_url, url.clone());
             }
             if !r.ok {
                 bump(&mut rep.errors, r.status.clone());
@@ -209,6 +216,45 @@ mod tests {
         assert_eq!(
             r.records.iter().map(|r| r.index).collect::<Vec<_>>(),
             vec![0, 1, 2, 3]
+        );
+    }
+
+    #[test]
+    fn requests_by_url_counts_every_request_when_urls_are_named() {
+        let on = |r: RequestRecord, url: &str| RequestRecord {
+            url: Some(url.into()),
+            ..r
+        };
+        let failed = RequestRecord {
+            index: 2,
+            status: "503".into(),
+            ..RequestRecord::default()
+        };
+        let recs = vec![
+            on(ok(0, "d0", 5.0, 10, 5), "http://a"),
+            on(ok(1, "d0", 5.0, 10, 5), "http://b"),
+            on(failed, "http://a"),
+        ];
+        let r = Report::from_records(recs, 1.0);
+        assert_eq!(
+            r.requests_by_url,
+            BTreeMap::from([("http://a".to_string(), 2), ("http://b".to_string(), 1)])
+        );
+        let v = serde_json::to_value(&r).unwrap();
+        assert_eq!(
+            v["requests_by_url"],
+            serde_json::json!({"http://a": 2, "http://b": 1})
+        );
+        assert_eq!(v["records"][1]["url"], "http://b");
+        let table = r.render_table();
+        let url_rows: Vec<Vec<&str>> = table
+            .lines()
+            .filter(|l| l.starts_with("url "))
+            .map(|l| l.split_whitespace().collect())
+            .collect();
+        assert_eq!(
+            url_rows,
+            [["url", "http://a", "2"], ["url", "http://b", "1"]]
         );
     }
 

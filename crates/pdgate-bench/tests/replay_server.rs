@@ -225,3 +225,44 @@ async fn chat_items_go_to_chat_completions() {
     assert_eq!(bodies[0]["messages"][0]["role"], "system");
     assert_eq!(bodies[1]["messages"].as_array().map(Vec::len), Some(4));
 }
+
+#[tokio::test]
+async fn several_urls_take_the_requests_in_turn() {
+    let (seen_a, seen_b) = (Arc::new(Seen::default()), Arc::new(Seen::default()));
+    let app = |seen: &Arc<Seen>| {
+        Router::new()
+            .route("/v1/completions", post(completions))
+            .with_state(seen.clone())
+    };
+    let (a, b) = (serve(app(&seen_a)).await, serve(app(&seen_b)).await);
+    let work: Vec<WorkItem> = (0..6u32)
+        .map(|i| WorkItem {
+            prompt: WorkPrompt::Tokens(vec![i]),
+            ..items(1).remove(0)
+        })
+        .collect();
+    let cfg = ReplayConfig {
+        urls: vec![a.clone(), format!("{b}/")],
+        speedup: 0.0,
+        ordered: true,
+        ..ReplayConfig::new("", "m")
+    };
+    let report = replay(&cfg, work).await.unwrap();
+    assert_eq!((report.requests, report.ok), (6, 6));
+    assert_eq!(
+        report.requests_by_url,
+        BTreeMap::from([(a.clone(), 3), (b.clone(), 3)])
+    );
+    let urls: Vec<&str> = report
+        .records
+        .iter()
+        .filter_map(|r| r.url.as_deref())
+        .collect();
+    assert_eq!(urls, [&a, &b, &a, &b, &a, &b]);
+    let prompts = |seen: &Seen| -> Vec<Value> {
+        let bodies = seen.bodies.lock().unwrap();
+        bodies.iter().map(|b| b["prompt"].clone()).collect()
+    };
+    assert_eq!(prompts(&seen_a), [json!([0]), json!([2]), json!([4])]);
+    assert_eq!(prompts(&seen_b), [json!([1]), json!([3]), json!([5])]);
+}

@@ -2,21 +2,15 @@
 //! the first 500 requests of the Mooncake conversation trace, once with the prefix-aware
 //! default config and once with round-robin, each on a fresh fleet.
 
+mod support;
+
 use pdgate_bench::{load_mooncake, mooncake_work, replay, ReplayConfig, Report};
 use pdgate_scenario::fleet::{self, FleetSpec};
 use pdgate_scheduler::{DEFAULT_CONFIG_YAML, ROUND_ROBIN_CONFIG_YAML};
-use std::path::PathBuf;
 
 const REQUESTS: usize = 500;
 const SPEEDUP: f64 = 10.0;
 const NUM_GPU_BLOCKS: usize = 262_144;
-
-fn trace() -> PathBuf {
-    PathBuf::from(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../../shared/traces/mooncake_conversation.jsonl"
-    ))
-}
 
 async fn run(config: &str) -> Report {
     let mut spec = FleetSpec::new(2, 4, SPEEDUP);
@@ -24,7 +18,7 @@ async fn run(config: &str) -> Report {
     // trace is limited by routing, not by eviction.
     spec.sim.num_gpu_blocks = NUM_GPU_BLOCKS;
     let fleet = fleet::start(&spec, config).await.unwrap();
-    let records = load_mooncake(&trace(), Some(REQUESTS)).unwrap();
+    let records = load_mooncake(&support::conversation_trace(), Some(REQUESTS)).unwrap();
     let work = mooncake_work(&records, 512);
     let mut cfg = ReplayConfig::new(fleet.url(), pdgate_sim::config::DEFAULT_MODEL);
     cfg.speedup = SPEEDUP;

@@ -145,6 +145,14 @@ pub fn url(server: &ServerHandle) -> String {
     format!("http://{}", server.addr)
 }
 
+/// The Mooncake conversation trace in `shared/traces/` beside the checkout.
+pub fn conversation_trace() -> std::path::PathBuf {
+    std::path::PathBuf::from(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../../shared/traces/mooncake_conversation.jsonl"
+    ))
+}
+
 // ---------------------------------------------------------------------------------------
 // Prometheus text
 
