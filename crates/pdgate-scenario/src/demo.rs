@@ -40,7 +40,8 @@ pub struct DemoArgs {
     pub quiet: bool,
     /// Run the revision-rollout scenario instead: revisions a and b (2 prefill + 6 decode
     /// simulators each, speedup 50) behind a prefill and a decode router that read one
-    /// endpoints file, rewritten step by step, behind a coordinator with conditional decode;
+    /// endpoints file, rewritten step by step (or watch pods: `--discovery kubernetes`),
+    /// behind a coordinator with conditional decode;
     /// prints the per-step table and the checks, and fails when a check fails. The flags
     /// above do not apply to it.
     #[arg(long)]
