@@ -40,11 +40,17 @@ pub struct DemoArgs {
     pub quiet: bool,
     /// Run the revision-rollout scenario instead: revisions a and b (2 prefill + 6 decode
     /// simulators each, speedup 50) behind a prefill and a decode router that read one
-    /// endpoints file, rewritten step by step, behind a coordinator with conditional decode;
+    /// endpoints file, rewritten step by step (or watch pods: `--discovery kubernetes`),
+    /// behind a coordinator with conditional decode;
     /// prints the per-step table and the checks, and fails when a check fails. The flags
     /// above do not apply to it.
     #[arg(long)]
     pub rollout: bool,
+    /// Rollout: where the routers get their endpoints — `file` (one endpoints file,
+    /// rewritten at each step) or `kubernetes` (an InferencePool and its pods in a stand-in
+    /// Kubernetes API server, watched through kube-rs; each step is a set of pod updates).
+    #[arg(long, value_enum, default_value_t = crate::rollout::Discovery::File, requires = "rollout")]
+    pub discovery: crate::rollout::Discovery,
     /// Rollout: requests per step (at least; steps with a mixed expected share get enough for
     /// the ±5-point share check to be a 4σ bound).
     #[arg(long, default_value_t = 250)]
@@ -75,7 +81,7 @@ async fn one_run(args: &DemoArgs, name: &str, config: &str) -> anyhow::Result<Re
 /// Runs the demo and prints the side-by-side report.
 pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     if args.rollout {
-        return crate::rollout::demo(args.requests_per_step).await;
+        return crate::rollout::demo(args.requests_per_step, args.discovery).await;
     }
     let aware = one_run(&args, "prefix-aware (default config)", DEFAULT_CONFIG_YAML).await?;
     let rr = one_run(&args, "round-robin", ROUND_ROBIN_CONFIG_YAML).await?;

@@ -31,7 +31,7 @@ pub use cli::SimArgs;
 pub use config::{SimConfig, WorkerSpec};
 pub use fleet::PlannedWorker;
 pub use stats::WorkerStats;
-pub use worker::{spawn_fleet, spawn_worker, WorkerHandle};
+pub use worker::{spawn_fleet, spawn_pod_fleet, spawn_worker, WorkerHandle};
 
 /// Starts the fleet described by `args` and serves until ctrl-c.
 pub async fn run(args: SimArgs) -> anyhow::Result<()> {

@@ -1,5 +1,7 @@
 //! Starting workers: [`spawn_worker`] (one engine + its HTTP server on a given listener),
-//! [`spawn_fleet`] (many in one process), and the [`WorkerHandle`] that stops them.
+//! [`spawn_fleet`] (many in one process), [`spawn_pod_fleet`] (many, each on its own
+//! loopback address and one shared port, as pods are), and the [`WorkerHandle`] that stops
+//! them.
 
 use crate::config::{SimConfig, WorkerSpec};
 use crate::engine::Engine;
@@ -7,7 +9,7 @@ use crate::fleet::canonical_role;
 use crate::http::{router, Worker};
 use crate::metrics::Metrics;
 use crate::stats::WorkerStats;
-use std::net::SocketAddr;
+use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
@@ -172,9 +174,88 @@ pub async fn spawn_fleet(
     Ok(out)
 }
 
+/// Attempts of [`spawn_pod_fleet`] at finding a port free on every address.
+const POD_PORT_ATTEMPTS: usize = 8;
+
+/// Starts `specs` the way pods serve: worker *i* on its own loopback address
+/// `127.0.0.{i + 2}` (Linux routes all of 127.0.0.0/8 to loopback), all on one port — as
+/// pods differ by IP and share their pool's target port. The port is the one the system
+/// gives the first address; when it is taken on another address, the listeners are dropped
+/// and a new port is tried. Returns the workers and the port.
+///
+/// Errors: more than 253 workers, no port free on every address after 8 attempts (the last
+/// bind error is named), or a worker that does not start (the others are stopped).
+pub async fn spawn_pod_fleet(
+    specs: Vec<WorkerSpec>,
+    cfg: SimConfig,
+) -> anyhow::Result<(Vec<WorkerHandle>, u16)> {
+    anyhow::ensure!(
+        specs.len() <= 253,
+        "{} workers: at most 253 loopback addresses (127.0.0.2-254)",
+        specs.len()
+    );
+    let ip = |i: usize| Ipv4Addr::new(127, 0, 0, (i + 2) as u8);
+    let mut last_error = None;
+    for _ in 0..POD_PORT_ATTEMPTS {
+        let first = bind(&ip(0).to_string(), 0).await?;
+        let port = first.local_addr()?.port();
+        let mut listeners = vec![first];
+        for i in 1..specs.len() {
+            match TcpListener::bind((ip(i), port)).await {
+                Ok(l) => listeners.push(l),
+                Err(e) => {
+                    last_error = Some(format!("{}:{port}: {e}", ip(i)));
+                    break;
+                }
+            }
+        }
+        if listeners.len() < specs.len() {
+            continue;
+        }
+        let mut out = Vec::with_capacity(specs.len());
+        for (spec, listener) in specs.into_iter().zip(listeners) {
+            out.push(spawn_worker(spec, cfg.clone(), listener).await?);
+        }
+        return Ok((out, port));
+    }
+    anyhow::bail!(
+        "no port free on all of 127.0.0.2-{} after {POD_PORT_ATTEMPTS} attempts; last: {}",
+        specs.len() + 1,
+        last_error.unwrap_or_default()
+    )
+}
+
 /// Binds `host:port`, with an error naming the address.
 pub async fn bind(host: &str, port: u16) -> anyhow::Result<TcpListener> {
     TcpListener::bind((host, port))
         .await
         .map_err(|e| anyhow::anyhow!("cannot listen on {host}:{port}: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn pod_fleet_workers_share_a_port_on_their_own_addresses() {
+        let specs: Vec<WorkerSpec> = (0..3)
+            .map(|i| WorkerSpec {
+                name: format!("w-{i}"),
+                role: "decode".into(),
+                revision: None,
+                labels: Default::default(),
+            })
+            .collect();
+        let (workers, port) = spawn_pod_fleet(specs, SimConfig::default()).await.unwrap();
+        let addrs: Vec<String> = workers.iter().map(|w| w.addr().to_string()).collect();
+        assert_eq!(
+            addrs,
+            [2, 3, 4].map(|n| format!("127.0.0.{n}:{port}")),
+            "one port, one address each"
+        );
+        for w in &workers {
+            // Each answers on its own address.
+            tokio::net::TcpStream::connect(w.addr()).await.unwrap();
+        }
+    }
 }

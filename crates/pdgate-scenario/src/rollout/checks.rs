@@ -1,9 +1,10 @@
 //! The acceptance checks of a rollout (pure: no I/O).
 //!
 //! Attribution rule: a step request belongs to the step it was sent in (step traffic is sent
-//! only after both routers hold the step's file, and finishes before the next file is
-//! written). A trickle request belongs to the step during whose window — from the write of
-//! that step's file to the write of the next — its answer arrived.
+//! only after both routers hold the step's list, and finishes before the next step is
+//! published). A trickle request belongs to the step during whose window — from the
+//! publication of that step (its file written, or its first pod update sent) to that of the
+//! next — its answer arrived. Below, "file" stands for either.
 //!
 //! A non-2xx is allowed only
 //! - for a step request of an uncovered step (no covered revision: every request fails closed);
@@ -11,10 +12,13 @@
 //!   the write of the uncovered step's file until both routers hold the next file (requests
 //!   straddling a change into or out of the uncovered step);
 //! - for a trickle request in flight while the two routers held different files across a
-//!   change of the covered set (the routers poll the file independently: the decode router
-//!   may already draw a newly covered revision that the prefill router does not cover yet, or
-//!   still draw one the prefill router no longer covers), and only as the strict-revision
-//!   503 (`strict revision … is not covered`). These are counted apart ("skew").
+//!   change of the covered set (the routers poll the file, or watch the pods, independently:
+//!   the decode router may already draw a newly covered revision that the prefill router
+//!   does not cover yet, or still draw one the prefill router no longer covers), and only as
+//!   the strict-revision 503 (`strict revision … is not covered`). That interval runs from
+//!   the first moment either router held something new (a step of several pod updates
+//!   passes through intermediate lists) until both hold the step's list. These are counted
+//!   apart ("skew").
 //!
 //! Every non-2xx must be a 503 whose message names its reason (`… covered …`).
 
@@ -27,10 +31,16 @@ use std::collections::{BTreeMap, BTreeSet};
 /// Slack around the measured router apply moments (the registries are polled every ms).
 const SLACK_MS: f64 = 5.0;
 
-/// Interval during which the two routers may hold different files after `t`'s write, ms
-/// since the start, with slack.
+/// Interval during which the two routers may hold different lists after `t`'s publication,
+/// ms since the start, with slack: from the first change either router saw to the moment
+/// both held the step's list.
 fn skew_window(t: &StepTiming, end_ms: f64) -> (f64, f64) {
-    let first = t.applied.iter().flatten().fold(end_ms, |a, b| a.min(*b));
+    let first = t
+        .changed
+        .iter()
+        .chain(&t.applied)
+        .flatten()
+        .fold(end_ms, |a, b| a.min(*b));
     let last = match t.applied {
         [Some(p), Some(d)] => p.max(d),
         _ => end_ms,
@@ -49,6 +59,7 @@ fn covered_set(c: &Counts) -> BTreeSet<String> {
 /// `min_requests`: fewest requests in total).
 pub fn evaluate(mut obs: Observed, tolerance: f64, min_requests: usize) -> RolloutReport {
     let n = obs.steps.len();
+    let discovery = obs.discovery;
     let writes: Vec<f64> = obs.timings.iter().map(|t| t.write_ms).collect();
     for o in obs.outcomes.iter_mut().filter(|o| o.trickle) {
         o.step = writes
@@ -227,7 +238,8 @@ pub fn evaluate(mut obs: Observed, tolerance: f64, min_requests: usize) -> Rollo
         if unexpected.is_empty() {
             format!(
                 "{strict_skew} of them strict-revision 503s while the routers held different \
-                 files ({skew_only} of those outside the uncovered window)"
+                 {} ({skew_only} of those outside the uncovered window)",
+                discovery.lists()
             )
         } else {
             format!(
@@ -298,7 +310,10 @@ pub fn evaluate(mut obs: Observed, tolerance: f64, min_requests: usize) -> Rollo
         .collect();
     let worst_apply = rows.iter().filter_map(|r| r.apply_ms).fold(0.0, f64::max);
     check(
-        "both routers apply every file within 1 s".into(),
+        format!(
+            "both routers apply every {} within 1 s",
+            discovery.step_change()
+        ),
         slow.is_empty(),
         if slow.is_empty() {
             format!("slowest {worst_apply:.0} ms")
@@ -308,7 +323,7 @@ pub fn evaluate(mut obs: Observed, tolerance: f64, min_requests: usize) -> Rollo
     );
     let across: usize = rows.iter().map(|r| r.across).sum();
     check(
-        "trickle requests in flight across file changes".into(),
+        format!("trickle requests in flight across {}", discovery.changes()),
         across > 0,
         format!("{across} trickle requests spanned a change; failures among them are judged above"),
     );
@@ -326,6 +341,7 @@ pub fn evaluate(mut obs: Observed, tolerance: f64, min_requests: usize) -> Rollo
         ),
     );
     RolloutReport {
+        discovery,
         rows,
         checks,
         step_requests,

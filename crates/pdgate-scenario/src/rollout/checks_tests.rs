@@ -1,6 +1,7 @@
 //! Unit tests of the rollout checks.
 use super::*;
 use crate::rollout::plan::counts;
+use crate::rollout::publish::Discovery;
 
 fn ok(step: usize, rev: &str) -> Outcome {
     Outcome {
@@ -32,6 +33,7 @@ fn failed(step: usize, trickle: bool, at: (f64, f64), msg: &str) -> Outcome {
 /// each applied by the prefill router 10 ms and the decode router 12 ms after.
 fn observed(outcomes: Vec<Outcome>) -> Observed {
     Observed {
+        discovery: Discovery::File,
         steps: vec![
             counts(2, 6, 0, 0),
             counts(2, 6, 1, 1),
@@ -43,6 +45,7 @@ fn observed(outcomes: Vec<Outcome>) -> Observed {
                 let w = k as f64 * 100.0;
                 StepTiming {
                     write_ms: w,
+                    changed: [Some(w + 10.0), Some(w + 12.0)],
                     applied: [Some(w + 10.0), Some(w + 12.0)],
                 }
             })
@@ -189,4 +192,39 @@ fn each_fault_fails_its_check() {
             "trickle requests in flight across file changes"
         ]
     );
+}
+
+#[test]
+fn pod_updates_open_the_skew_window_at_the_first_change() {
+    // Step 2 (B newly covered) arrives as several pod updates: the routers first hold an
+    // intermediate list 3 and 5 ms after the first update, the step's own list 40 and 42 ms
+    // after. A strict miss in between is skew; with no earlier change seen it is not.
+    let strict = failed(
+        0,
+        true,
+        (115.0, 116.0),
+        "strict revision `b` is not covered",
+    );
+    let judge = |changed: [Option<f64>; 2]| {
+        let mut obs = observed(good());
+        obs.discovery = Discovery::Kubernetes;
+        obs.probes[1].served = 1;
+        obs.probes[1].deferred = 1;
+        obs.timings[1] = StepTiming {
+            write_ms: 100.0,
+            changed,
+            applied: [Some(140.0), Some(142.0)],
+        };
+        obs.outcomes.push(strict.clone());
+        evaluate(obs, 0.05, 20)
+    };
+    let r = judge([Some(103.0), Some(105.0)]);
+    assert!(r.passed(), "{}", r.render());
+    assert!(r.render().contains("first pod update -> both routers hold"));
+    let names: Vec<String> = r.checks.iter().map(|c| c.name.clone()).collect();
+    assert!(names.contains(&"both routers apply every step's pod updates within 1 s".into()));
+    assert!(names.contains(&"trickle requests in flight across pod updates".into()));
+    let r = judge([Some(140.0), Some(142.0)]);
+    let failed: Vec<&str> = r.failed().iter().map(|c| c.name.as_str()).collect();
+    assert_eq!(failed, ["non-2xx only in the uncovered window"]);
 }

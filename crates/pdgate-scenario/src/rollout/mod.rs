@@ -5,23 +5,28 @@
 //! labeled `llm-d.ai/role`, `disaggregatedset.x-k8s.io/{role,revision,name=demo}` — behind a
 //! prefill router and a decode router (the built-in P/D config plus a
 //! `disaggregatedset-rollout-screener`, max-role, required roles prefill and decode, scoped to
-//! the `demo` set), both reading one endpoints file (polled every 100 ms), behind a
-//! coordinator with conditional decode on.
+//! the `demo` set), both reading one endpoints file (polled every 100 ms) — or, with
+//! [`Discovery::Kubernetes`], watching the set's `InferencePool` and pods in a stand-in
+//! Kubernetes API server ([`kube`]) — behind a coordinator with conditional decode on.
 //!
-//! For each step ([`plan::DEFAULT_STEPS`]) the scenario rewrites the file ([`plan::listings`]:
-//! B's pods become Ready one by one, A's leave through `ready: false`, `terminating: true`
-//! and removal), waits until both routers hold it (measuring how long that took), then sends
-//! the step's requests with bounded concurrency. Meanwhile a trickle of long requests keeps
+//! For each step ([`plan::DEFAULT_STEPS`]) the scenario publishes the step's endpoint list
+//! ([`plan::listings`]: B's pods become Ready one by one, A's leave through `ready: false`,
+//! `terminating: true` and removal) — it rewrites the file, or makes the pod updates
+//! ([`publish`]) — waits until both routers hold it (measuring how long that took), then
+//! sends the step's requests with bounded concurrency. Meanwhile a trickle of long requests keeps
 //! requests in flight across every change. [`checks::evaluate`] turns what was seen into the
 //! per-step table and the acceptance checks (see [`checks`] for the attribution rule).
 
 pub mod checks;
+pub mod kube;
 pub mod plan;
 pub mod prompts;
+pub mod publish;
 pub mod report;
 pub mod scenario;
 
 pub use plan::{max_role_shares, Counts, DEFAULT_STEPS};
+pub use publish::Discovery;
 pub use report::{Check, RolloutReport, StepRow};
 
 use std::time::Duration;
@@ -29,6 +34,8 @@ use std::time::Duration;
 /// How to run the rollout.
 #[derive(Debug, Clone)]
 pub struct RolloutConfig {
+    /// Where the routers get their endpoints: the file (default) or Kubernetes pods.
+    pub discovery: Discovery,
     /// Ready counts per step.
     pub steps: Vec<Counts>,
     /// Requests per step, at least; a step with a mixed expected share gets as many as the
@@ -40,18 +47,18 @@ pub struct RolloutConfig {
     pub max_tokens: u32,
     /// Trickle loops (each one long request at a time).
     pub trickle_loops: usize,
-    /// `max_tokens` of a trickle request (long enough to span file changes).
+    /// `max_tokens` of a trickle request (long enough to span step changes).
     pub trickle_max_tokens: u32,
     /// Pause between two trickle requests of one loop.
     pub trickle_gap: Duration,
-    /// Shortest time a step lasts (from its file write to the next), so that the trickle
+    /// Shortest time a step lasts (from its publication to the next), so that the trickle
     /// also starts requests in short steps such as the uncovered one.
     pub min_step: Duration,
     /// Simulator speedup.
     pub speedup: f64,
-    /// How often the routers check the endpoints file.
+    /// How often the routers check the endpoints file (file discovery).
     pub poll: Duration,
-    /// Longest wait for both routers to hold a new file.
+    /// Longest wait for both routers to hold a step's list.
     pub apply_timeout: Duration,
     /// Tolerance of the share check, as a fraction (0.05 = ±5 points).
     pub share_tolerance: f64,
@@ -62,12 +69,13 @@ pub struct RolloutConfig {
 }
 
 impl Default for RolloutConfig {
-    /// The default steps, 250 requests per step (more where the share check needs them),
+    /// File discovery, the default steps, 250 requests per step (more where the share check needs them),
     /// concurrency 16, 4 output tokens, 2 trickle loops of 1,024-token requests 10 ms apart,
     /// steps of at least 400 ms, speedup 50, 100 ms polls, 1 s apply timeout, ±5 points,
     /// ≥ 2,000 requests.
     fn default() -> Self {
         RolloutConfig {
+            discovery: Discovery::File,
             steps: DEFAULT_STEPS.to_vec(),
             requests_per_step: 250,
             concurrency: 16,
@@ -86,11 +94,11 @@ impl Default for RolloutConfig {
     }
 }
 
-/// Runs the rollout (endpoints file in a fresh temporary directory, removed afterwards) and
-/// evaluates it.
+/// Runs the rollout (the endpoints file in a fresh temporary directory, removed afterwards,
+/// or the stand-in API server, stopped afterwards) and evaluates it.
 ///
-/// Errors: the fleet or a router cannot start, the file cannot be written, or the HTTP
-/// client fails to build. Failed requests are not errors: the checks judge them.
+/// Errors: the fleet, the API server or a router cannot start, the file cannot be written,
+/// or the HTTP client fails to build. Failed requests are not errors: the checks judge them.
 pub async fn run(cfg: &RolloutConfig) -> anyhow::Result<RolloutReport> {
     let dir = scenario::temp_dir()?;
     let observed = scenario::observe(cfg, &dir).await;
@@ -102,22 +110,37 @@ pub async fn run(cfg: &RolloutConfig) -> anyhow::Result<RolloutReport> {
     ))
 }
 
-/// `pdgate demo --rollout`: runs the rollout, prints the table and the checks; fails when a
-/// check failed.
-pub async fn demo(requests_per_step: usize) -> anyhow::Result<()> {
+/// `pdgate demo --rollout [--discovery kubernetes]`: runs the rollout, prints the table and
+/// the checks; fails when a check failed.
+///
+/// Errors: those of [`run`], and one naming the failed checks.
+pub async fn demo(requests_per_step: usize, discovery: Discovery) -> anyhow::Result<()> {
     let cfg = RolloutConfig {
         requests_per_step,
+        discovery,
         ..RolloutConfig::default()
+    };
+    let source = match discovery {
+        Discovery::File => "one endpoints file".to_string(),
+        Discovery::Kubernetes => format!(
+            "InferencePool {}/{} and its pods, watched in a stand-in Kubernetes API server",
+            kube::NAMESPACE,
+            plan::SET_NAME
+        ),
     };
     eprintln!(
         "demo: rollout of set `{}` from revision a to b, {} steps, layout (b): coordinator \
-         (conditional decode) → prefill router + decode router (one endpoints file) → 16 simulators",
+         (conditional decode) → prefill router + decode router ({source}) → 16 simulators",
         plan::SET_NAME,
         cfg.steps.len()
     );
     let report = run(&cfg).await?;
     println!(
-        "pdgate demo --rollout: 2 prefill + 6 decode workers per revision, max-role revision gating, speedup {}\n",
+        "pdgate demo --rollout --discovery {}: 2 prefill + 6 decode workers per revision, max-role revision gating, speedup {}\n",
+        match discovery {
+            Discovery::File => "file",
+            Discovery::Kubernetes => "kubernetes",
+        },
         cfg.speedup
     );
     print!("{}", report.render());

@@ -2,6 +2,7 @@
 //! checks, and the rule that attributes requests to steps, are in [`super::checks`].
 
 use super::plan::Counts;
+use super::publish::Discovery;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
@@ -31,18 +32,23 @@ pub struct Outcome {
     pub pd_mode: Option<String>,
 }
 
-/// When a step's file was written and when each router held it.
+/// When a step was published (its file written, or its first pod update sent) and when
+/// each router held it.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct StepTiming {
-    /// File written, ms since the start.
+    /// Published, ms since the start.
     pub write_ms: f64,
+    /// Prefill router, decode router: first holding a list other than before the step (an
+    /// intermediate one while a step's pod updates arrive; the step's own for a file), ms
+    /// since the start; `None` when not within the apply timeout.
+    pub changed: [Option<f64>; 2],
     /// Prefill router, decode router: holding the new endpoints, ms since the start; `None`
     /// when not within the apply timeout.
     pub applied: [Option<f64>; 2],
 }
 
 impl StepTiming {
-    /// Both routers hold the file, ms after the write.
+    /// Both routers hold the step's list, ms after it was published.
     pub fn apply_ms(&self) -> Option<f64> {
         Some(self.applied[0]?.max(self.applied[1]?) - self.write_ms)
     }
@@ -73,11 +79,13 @@ impl Probes {
 /// Everything the scenario recorded.
 #[derive(Debug, Clone, Default)]
 pub struct Observed {
+    /// How the steps were published.
+    pub discovery: Discovery,
     /// Ready counts per step.
     pub steps: Vec<Counts>,
     /// Per step.
     pub timings: Vec<StepTiming>,
-    /// Per step: probes from the step's file write to the next (step and trickle traffic).
+    /// Per step: probes from the step's publication to the next (step and trickle traffic).
     pub probes: Vec<Probes>,
     /// Every request.
     pub outcomes: Vec<Outcome>,
@@ -100,13 +108,13 @@ pub struct StepRow {
     pub requests: usize,
     /// Trickle requests answered during the step's window.
     pub trickle: usize,
-    /// Trickle requests in flight when the step's file was written.
+    /// Trickle requests in flight when the step was published.
     pub across: usize,
     /// Non-2xx (step and trickle requests of the step) by status.
     pub non_2xx: BTreeMap<String, usize>,
     /// Coordinator probes during the step's window.
     pub probes: Probes,
-    /// Write → both routers hold the file, ms.
+    /// Published → both routers hold the step's list, ms.
     pub apply_ms: Option<f64>,
     /// |prefill router − decode router| apply moments, ms.
     pub skew_ms: Option<f64>,
@@ -126,6 +134,8 @@ pub struct Check {
 /// The rollout's result: the table, the checks, totals.
 #[derive(Debug, Clone, Default)]
 pub struct RolloutReport {
+    /// How the steps were published.
+    pub discovery: Discovery,
     /// Per step.
     pub rows: Vec<StepRow>,
     /// Acceptance checks.
@@ -223,13 +233,23 @@ impl RolloutReport {
                 ms(r.skew_ms),
             );
         }
+        let (published, apply) = match self.discovery {
+            Discovery::File => (
+                "its file was written",
+                "file written -> both routers hold it",
+            ),
+            Discovery::Kubernetes => (
+                "its pod updates began",
+                "first pod update -> both routers hold the step's pod list",
+            ),
+        };
         let _ = writeln!(
             s,
             "* no covered revision. measured B: step requests answered 2xx, by x-pdgate-decode-revision.\n\
              trickle: long requests answered during the step; across: trickle requests in flight when\n\
-             its file was written. probes s/d/e: the coordinator's conditional-decode probes served by\n\
+             {published}. probes s/d/e: the coordinator's conditional-decode probes served by\n\
              the decode router / deferred (412, then prefill + decode) / failed (the 503s). apply ms:\n\
-             file written -> both routers hold it; skew ms: between the two routers."
+             {apply}; skew ms: between the two routers."
         );
         for (msg, n) in &self.errors {
             let _ = writeln!(s, "non-2xx: {n} × {msg}");

@@ -1,17 +1,19 @@
-//! Running the rollout: simulators, the two per-role routers reading one endpoints file, the
-//! coordinator, then per step: rewrite the file, wait until both routers hold it, send the
-//! step's traffic; a trickle of long requests runs throughout.
+//! Running the rollout: simulators, the two per-role routers reading their endpoints from
+//! one publisher (the endpoints file or pods, [`super::publish`]), the coordinator, then per
+//! step: publish the step's list, wait until both routers hold it, send the step's traffic;
+//! a trickle of long requests runs throughout.
 
 use super::plan;
 use super::prompts::PromptGen;
+use super::publish::{self, Publisher};
 use super::report::{Observed, Outcome, Probes, StepTiming};
 use super::RolloutConfig;
 use crate::fleet;
 use pdgate_bench::{replay, ReplayConfig, RequestRecord, WorkItem, WorkPrompt};
-use pdgate_scheduler::DEFAULT_CONFIG_YAML;
+use pdgate_scheduler::{Endpoint, DEFAULT_CONFIG_YAML};
 use pdgate_server::app::PhaseRouters;
-use pdgate_server::{EndpointSource, ServerHandle};
-use pdgate_sim::{spawn_fleet, SimConfig, WorkerHandle, WorkerSpec};
+use pdgate_server::ServerHandle;
+use pdgate_sim::{SimConfig, WorkerHandle, WorkerSpec};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -35,21 +37,12 @@ struct Layout {
     prefill_router: ServerHandle,
     decode_router: ServerHandle,
     coordinator: ServerHandle,
-    addrs: BTreeMap<String, String>,
-    file: PathBuf,
+    publisher: Box<dyn Publisher>,
 }
 
 impl Layout {
     fn url(&self) -> String {
         format!("http://{}", self.coordinator.addr)
-    }
-
-    /// Writes `yaml` atomically (the routers never read half a file).
-    fn write(&self, yaml: &str) -> anyhow::Result<()> {
-        let tmp = self.file.with_extension("yaml.tmp");
-        std::fs::write(&tmp, yaml)?;
-        std::fs::rename(&tmp, &self.file)?;
-        Ok(())
     }
 
     fn probes(&self) -> Probes {
@@ -81,14 +74,13 @@ fn signature_of(router: &ServerHandle) -> Signature {
     s
 }
 
-fn expected_signature(yaml: &str) -> anyhow::Result<Signature> {
-    let mut s: Signature =
-        pdgate_fleet::endpoints_file::parse_endpoints_yaml(yaml, "rollout step")?
-            .into_iter()
-            .map(|e| (e.name, e.ready, e.terminating))
-            .collect();
+fn expected_signature(endpoints: Vec<Endpoint>) -> Signature {
+    let mut s: Signature = endpoints
+        .into_iter()
+        .map(|e| (e.name, e.ready, e.terminating))
+        .collect();
     s.sort();
-    Ok(s)
+    s
 }
 
 async fn start(cfg: &RolloutConfig, dir: &Path) -> anyhow::Result<Layout> {
@@ -106,32 +98,28 @@ async fn start(cfg: &RolloutConfig, dir: &Path) -> anyhow::Result<Layout> {
         speedup: cfg.speedup,
         ..SimConfig::default()
     };
-    let workers = spawn_fleet(specs, sim, "127.0.0.1", 0).await?;
+    let workers = publish::spawn_workers(cfg.discovery, specs, sim).await?;
     let addrs = workers
         .iter()
-        .map(|w| (w.name().to_string(), w.addr().to_string()))
+        .map(|w| (w.name().to_string(), w.addr()))
         .collect();
-    let file = dir.join("endpoints.yaml");
-    std::fs::write(&file, "endpoints: []\n")?;
+    let publisher = publish::publisher(cfg.discovery, dir, cfg.poll, addrs).await?;
     let yaml = router_config();
     // The routers trust the coordinator by a shared token, as across a network (any caller
     // on loopback without it is an ordinary client).
     let trust = pdgate_server::trust::TrustedCallers::new(Vec::new(), Some(&session_token()))
         .expect("a generated token is valid");
-    let role_router = || {
+    let role_router = || -> anyhow::Result<_> {
         let trust = trust.clone();
-        let source = EndpointSource::File {
-            path: file.clone(),
-            poll: cfg.poll,
-        };
-        fleet::router_with(Vec::new(), &yaml, move |o| {
+        let source = publisher.source()?;
+        Ok(fleet::router_with(Vec::new(), &yaml, move |o| {
             o.endpoints = source;
             o.scrape_interval = Duration::from_millis(50);
             o.trust = trust;
-        })
+        }))
     };
-    let prefill_router = role_router().await?;
-    let decode_router = role_router().await?;
+    let prefill_router = role_router()?.await?;
+    let decode_router = role_router()?.await?;
     let routers = PhaseRouters::new(
         &prefill_router.addr.to_string(),
         &decode_router.addr.to_string(),
@@ -147,8 +135,7 @@ async fn start(cfg: &RolloutConfig, dir: &Path) -> anyhow::Result<Layout> {
         prefill_router,
         decode_router,
         coordinator,
-        addrs,
-        file,
+        publisher,
     })
 }
 
@@ -156,24 +143,38 @@ fn ms_since(t0: Instant) -> f64 {
     t0.elapsed().as_secs_f64() * 1_000.0
 }
 
-/// Polls both routers (every ms, up to `timeout`) until each holds `want`; returns the
-/// moment each got it (ms since `t0`), `None` for a router that did not in time.
+/// Both routers' signatures.
+fn signatures(l: &Layout) -> [Signature; 2] {
+    [
+        signature_of(&l.prefill_router),
+        signature_of(&l.decode_router),
+    ]
+}
+
+/// Polls both routers (every ms, up to `timeout`) until each holds `want`; `before` is what
+/// each held when the step was published. Fills in the moment each first held something
+/// else (a step published as several pod updates passes through intermediate lists) and
+/// the moment each held `want` (ms since `t0`), `None` for a router that did not in time.
 async fn wait_applied(
     l: &Layout,
+    before: &[Signature; 2],
     want: &Signature,
     t0: Instant,
     timeout: Duration,
-) -> [Option<f64>; 2] {
+    timing: &mut StepTiming,
+) {
     let deadline = Instant::now() + timeout;
-    let mut got: [Option<f64>; 2] = [None, None];
     loop {
-        for (i, r) in [&l.prefill_router, &l.decode_router].iter().enumerate() {
-            if got[i].is_none() && signature_of(r) == *want {
-                got[i] = Some(ms_since(t0));
+        for (i, now) in signatures(l).iter().enumerate() {
+            if timing.changed[i].is_none() && (now != &before[i] || now == want) {
+                timing.changed[i] = Some(ms_since(t0));
+            }
+            if timing.applied[i].is_none() && now == want {
+                timing.applied[i] = Some(ms_since(t0));
             }
         }
-        if got.iter().all(Option::is_some) || Instant::now() >= deadline {
-            return got;
+        if timing.applied.iter().all(Option::is_some) || Instant::now() >= deadline {
+            return;
         }
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
@@ -243,7 +244,7 @@ async fn trickle(
 /// Runs the scenario in `dir` and returns what was observed.
 pub async fn observe(cfg: &RolloutConfig, dir: &Path) -> anyhow::Result<Observed> {
     anyhow::ensure!(!cfg.steps.is_empty(), "the rollout has no steps");
-    let l = start(cfg, dir).await?;
+    let mut l = start(cfg, dir).await?;
     let listings = plan::listings(&cfg.steps);
     let t0 = Instant::now();
     let stop = StopOnDrop(Arc::new(AtomicBool::new(false)));
@@ -257,19 +258,21 @@ pub async fn observe(cfg: &RolloutConfig, dir: &Path) -> anyhow::Result<Observed
     let mut outcomes = Vec::new();
     let mut last_probes = l.probes();
     for (k, (step, listing)) in cfg.steps.iter().zip(&listings).enumerate() {
-        let yaml = plan::endpoints_yaml(listing, &|name| l.addrs[name].clone());
-        let want = expected_signature(&yaml)?;
         let now = l.probes();
         if k > 0 {
             probes.push(now.since(&last_probes));
         }
         last_probes = now;
-        let write_ms = ms_since(t0);
-        l.write(&yaml)?;
-        let applied = wait_applied(&l, &want, t0, cfg.apply_timeout).await;
-        timings.push(StepTiming { write_ms, applied });
+        let before = signatures(&l);
+        let mut timing = StepTiming {
+            write_ms: ms_since(t0),
+            ..StepTiming::default()
+        };
+        let want = expected_signature(l.publisher.publish(listing)?);
+        wait_applied(&l, &before, &want, t0, cfg.apply_timeout, &mut timing).await;
+        timings.push(timing);
         if k == 0 {
-            // The trickle starts once the first file is in place (before it, no endpoint is
+            // The trickle starts once the first list is in place (before it, no endpoint is
             // known at all).
             for i in 0..cfg.trickle_loops {
                 trickles.push(tokio::spawn(trickle(
@@ -296,7 +299,7 @@ pub async fn observe(cfg: &RolloutConfig, dir: &Path) -> anyhow::Result<Observed
             step: k,
             ..outcome(r, false, sent, answered)
         }));
-        let end = write_ms + cfg.min_step.as_secs_f64() * 1_000.0;
+        let end = timing.write_ms + cfg.min_step.as_secs_f64() * 1_000.0;
         if end > answered {
             tokio::time::sleep(Duration::from_secs_f64((end - answered) / 1_000.0)).await;
         }
@@ -313,6 +316,7 @@ pub async fn observe(cfg: &RolloutConfig, dir: &Path) -> anyhow::Result<Observed
         }
     }
     Ok(Observed {
+        discovery: cfg.discovery,
         steps: cfg.steps.clone(),
         timings,
         probes,

@@ -5,7 +5,8 @@
 //! fake engine ([`fake_engine`]), endpoint lists ([`endpoints`], [`endpoints_yaml`]), request
 //! bodies ([`body`]) and a bounded [`wait_until`]. Everything listens on 127.0.0.1, port 0.
 //!
-//! [`vllm`] adds a fake vLLM engine with a configurable `/metrics` and `/v1/models`.
+//! [`vllm`] adds a fake vLLM engine with a configurable `/metrics` and `/v1/models`;
+//! [`rollout`] runs the revision rollout and asserts every check.
 //!
 //! Not every test file uses every helper, hence the module-wide `dead_code` allowance.
 #![allow(dead_code)]
@@ -14,6 +15,7 @@ pub mod envoy;
 pub mod flow;
 pub mod kube;
 pub mod process;
+pub mod rollout;
 pub mod vllm;
 
 use axum::response::Response;
