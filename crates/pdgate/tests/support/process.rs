@@ -1,14 +1,14 @@
-//! The real `pdgate serve` binary as a user runs it: started with flags and environment,
-//! its port read from its listening line, stopped with a signal.
+//! The real `pdgate` binary as a user runs it (`serve`, `epp`): started with flags and
+//! environment, its addresses read from its listening line, stopped with a signal.
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-/// A running `pdgate serve` process; killed when dropped.
+/// A running `pdgate` process; killed when dropped.
 pub struct Served {
     child: Child,
-    /// `http://127.0.0.1:PORT`.
+    /// `serve`: `http://127.0.0.1:PORT`; `epp`: the rest of its listening line.
     pub url: String,
     _files: Vec<TempPath>,
 }
@@ -48,8 +48,45 @@ impl Served {
 /// `NAMESPACE` unset), keeps `files` until it is dropped, and waits for its listening line
 /// (at most 30 s).
 pub fn serve(args: &[&str], env: &[(&str, &str)], files: Vec<TempPath>) -> Served {
+    let head = ["serve", "--host", "127.0.0.1", "--port", "0"];
+    let mut served = start(&head, args, env, files, "pdgate serve listening on ");
+    served.url = served
+        .url
+        .split_whitespace()
+        .next()
+        .unwrap_or_default()
+        .to_string();
+    served
+}
+
+/// Starts `pdgate epp` on 127.0.0.1 with every port 0 and `ARGS…`; `url` holds the rest of
+/// its listening line (`ext_proc A, health B, metrics http://C/metrics`).
+pub fn epp(args: &[&str], env: &[(&str, &str)]) -> Served {
+    let head = [
+        "epp",
+        "--host",
+        "127.0.0.1",
+        "--grpc-port",
+        "0",
+        "--grpc-health-port",
+        "0",
+        "--metrics-port",
+        "0",
+    ];
+    start(&head, args, env, Vec::new(), "pdgate epp listening: ")
+}
+
+/// Starts the binary with `head` then `args`, and waits for the stderr line starting with
+/// `marker` (at most 30 s); `url` is the rest of that line.
+fn start(
+    head: &[&str],
+    args: &[&str],
+    env: &[(&str, &str)],
+    files: Vec<TempPath>,
+    marker: &'static str,
+) -> Served {
     let mut child = Command::new(env!("CARGO_BIN_EXE_pdgate"))
-        .args(["serve", "--host", "127.0.0.1", "--port", "0"])
+        .args(head)
         .args(args)
         .envs(env.iter().copied())
         .env_remove("NAMESPACE")
@@ -61,19 +98,16 @@ pub fn serve(args: &[&str], env: &[(&str, &str)], files: Vec<TempPath>) -> Serve
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            if let Some(rest) = line.strip_prefix("pdgate serve listening on ") {
-                let url = rest
-                    .split_whitespace()
-                    .next()
-                    .unwrap_or_default()
-                    .to_string();
-                let _ = tx.send(url);
+            if let Some(rest) = line.strip_prefix(marker) {
+                let _ = tx.send(rest.to_string());
             }
+            // Shown with the test's output when it fails.
+            eprintln!("pdgate: {line}");
         }
     });
     let url = rx
         .recv_timeout(Duration::from_secs(30))
-        .expect("pdgate serve listens within 30 s");
+        .unwrap_or_else(|_| panic!("pdgate prints {marker:?} within 30 s"));
     Served {
         child,
         url,
