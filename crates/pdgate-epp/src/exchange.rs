@@ -55,6 +55,8 @@ pub struct Exchange {
     serving: Option<Serving>,
     usage: Option<UsageReader>,
     status: u16,
+    /// True once the request body ended (it is routed once).
+    body_ended: bool,
     /// True once an immediate response was sent: nothing more is answered.
     done: bool,
 }
@@ -75,6 +77,7 @@ impl Exchange {
             serving: None,
             usage: None,
             status: 0,
+            body_ended: false,
             done: false,
         }
     }
@@ -99,6 +102,10 @@ impl Exchange {
                 }
                 Vec::new()
             }
+            Some(Request::RequestBody(_)) if self.body_ended => {
+                tracing::warn!("request body after its end of stream; ignored");
+                Vec::new()
+            }
             Some(Request::RequestBody(b)) => {
                 if self.body.len() + b.body.len() > self.epp.max_body_bytes {
                     let limit = self.epp.max_body_bytes;
@@ -106,6 +113,7 @@ impl Exchange {
                 }
                 self.body.extend_from_slice(&b.body);
                 if b.end_of_stream {
+                    self.body_ended = true;
                     return self.route();
                 }
                 Vec::new()
@@ -331,13 +339,16 @@ impl Exchange {
     /// The response ended: the booking completes (2xx) and is released; the request is
     /// counted.
     fn finish(&mut self) {
-        let usage = self.usage.as_mut().and_then(UsageReader::finish);
-        if let Some(u) = &usage {
-            tracing::debug!(
-                prompt_tokens = u.prompt_tokens,
-                completion_tokens = u.completion_tokens,
-                "usage"
-            );
+        if let Some(u) = self.usage.as_mut().and_then(UsageReader::finish) {
+            let cached = u.prompt_tokens_details.map_or(0, |d| d.cached_tokens);
+            let tokens = &self.epp.counters.tokens;
+            tokens
+                .with_label_values(&["prompt"])
+                .inc_by(u.prompt_tokens.into());
+            tokens
+                .with_label_values(&["completion"])
+                .inc_by(u.completion_tokens.into());
+            tokens.with_label_values(&["cached"]).inc_by(cached.into());
         }
         if let Some(Serving::Picked(mut p)) = self.serving.take() {
             if (200..300).contains(&self.status) {

@@ -51,6 +51,10 @@ pub struct EppCounters {
     pub fallbacks: prometheus::IntCounterVec,
     /// `pdgate_epp_stream_resets_total`: streams that ended before their response did.
     pub resets: prometheus::IntCounter,
+    /// `pdgate_epp_usage_tokens_total{kind}`: tokens of the answers' `usage` — `prompt`,
+    /// `completion`, `cached` (`prompt_tokens_details.cached_tokens`); answers without
+    /// `usage` add nothing.
+    pub tokens: prometheus::IntCounterVec,
 }
 
 impl EppCounters {
@@ -70,6 +74,14 @@ impl EppCounters {
             "pdgate_epp_stream_resets_total",
             "ext_proc streams that ended before their response did",
         )?;
+        let tokens = prometheus::IntCounterVec::new(
+            prometheus::Opts::new(
+                "pdgate_epp_usage_tokens_total",
+                "Tokens reported in the answers' usage, by kind",
+            ),
+            &["kind"],
+        )?;
+        registry.register(Box::new(tokens.clone()))?;
         registry.register(Box::new(picks.clone()))?;
         registry.register(Box::new(fallbacks.clone()))?;
         registry.register(Box::new(resets.clone()))?;
@@ -77,6 +89,7 @@ impl EppCounters {
             picks,
             fallbacks,
             resets,
+            tokens,
         })
     }
 }

@@ -112,6 +112,21 @@ async fn chat_and_completions_stream_and_not_go_to_the_destination_and_back() {
         ),
         4
     );
+    // Usage read on the way back from the three answers that carry it (both non-streamed
+    // ones, and the completions stream with `include_usage`): 40 + 40 + the chat prompt in,
+    // at most 4 + 4 + 3 out.
+    let tokens = |kind: &str| {
+        support::metric(
+            &text,
+            &format!("pdgate_epp_usage_tokens_total{{kind=\"{kind}\"}}"),
+        )
+    };
+    assert!(tokens("prompt") > 80, "{}", tokens("prompt"));
+    assert!(
+        (3..=11).contains(&tokens("completion")),
+        "{}",
+        tokens("completion")
+    );
 }
 
 #[tokio::test]
