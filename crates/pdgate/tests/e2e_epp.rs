@@ -425,3 +425,43 @@ async fn health_services_answer_and_readiness_follows_draining() {
         Ok(serving)
     );
 }
+
+#[tokio::test]
+async fn pins_and_sessions_work_as_in_serve() {
+    let (workers, e) = aggregated(3).await;
+    let addr_of: BTreeMap<String, String> = workers
+        .iter()
+        .map(|w| (w.name().to_string(), w.addr().to_string()))
+        .collect();
+    let body = serde_json::to_vec(&completion(0, 40, false)).unwrap();
+    for _ in 0..4 {
+        let mut s = e.stream().await;
+        let pin = [JSON, ("x-worker-instance-id", "w2")];
+        let r = s.request("/v1/completions", &pin, &body, 1000, None).await;
+        // A pin blocks fallbacks: Envoy gets the pinned endpoint alone.
+        assert_eq!(r.set["x-gateway-destination-endpoint"], addr_of["w2"]);
+    }
+    let mut s = e.stream().await;
+    let unknown = [JSON, ("x-worker-instance-id", "w9")];
+    let r = s
+        .request("/v1/completions", &unknown, &body, 1000, None)
+        .await;
+    assert_eq!(r.immediate, Some(400));
+    let message = r.immediate_json()["error"]["message"].to_string();
+    assert!(
+        message.contains("x-worker-instance-id") && message.contains("w9"),
+        "{message}"
+    );
+    // A session sticks to the endpoint it was bound to.
+    let mut first = None;
+    for i in 0..5u32 {
+        let mut s = e.stream().await;
+        let b = serde_json::to_vec(&completion(5000 * (i + 1), 40, false)).unwrap();
+        let sess = [JSON, ("x-session-id", "conversation-7")];
+        let r = s.request("/v1/completions", &sess, &b, 1000, None).await;
+        let dest = r.destination();
+        assert_eq!(first.get_or_insert(dest.clone()), &dest, "request {i}");
+        s.call_destination(&r, "/v1/completions", &[JSON], None)
+            .await;
+    }
+}
