@@ -95,9 +95,19 @@ impl Exchange {
         let meta = msg.metadata_context.as_ref();
         match msg.request {
             Some(Request::RequestHeaders(h)) => {
-                self.subset = metadata::subset_hint(meta);
                 self.read_request_headers(h.headers.as_ref());
+                match metadata::subset_hint(meta) {
+                    Ok(subset) => self.subset = subset,
+                    Err(reason) => {
+                        return self.reject(ApiError::InvalidHeader {
+                            header: metadata::SUBSET,
+                            reason,
+                        })
+                    }
+                }
                 if h.end_of_stream {
+                    // A header-only request: no body follows.
+                    self.body_ended = true;
                     return self.header_only();
                 }
                 Vec::new()
@@ -114,12 +124,23 @@ impl Exchange {
                 self.body.extend_from_slice(&b.body);
                 if b.end_of_stream {
                     self.body_ended = true;
-                    return self.route();
+                    return self.route(true);
                 }
                 Vec::new()
             }
+            // Trailers end a request body that did not end itself: route it then.
+            Some(Request::RequestTrailers(_)) if !self.body_ended => {
+                self.body_ended = true;
+                let mut out = self.route(false);
+                if !self.done {
+                    out.push(messages::trailers(Half::Request));
+                }
+                out
+            }
             Some(Request::RequestTrailers(_)) => vec![messages::trailers(Half::Request)],
             Some(Request::ResponseHeaders(h)) => {
+                // The request phase is over, whatever Envoy sent of it.
+                self.body_ended = true;
                 let served = metadata::served(meta);
                 self.on_response_headers(h.headers.as_ref(), served, h.end_of_stream)
             }
@@ -208,7 +229,9 @@ impl Exchange {
         messages::headers(Half::Request, &set, &remove, Some(meta))
     }
 
-    fn route(&mut self) -> Answers {
+    /// Routes the buffered request; its body goes back with `end_of_stream` set when
+    /// `body_ends` (false when trailers end the request).
+    fn route(&mut self, body_ends: bool) -> Answers {
         let body = std::mem::take(&mut self.body).freeze();
         let api = pick::api_of(&self.path);
         let Some(api) = api else {
@@ -217,7 +240,7 @@ impl Exchange {
                 Ok(dest) => {
                     self.epp.counters.picks.with_label_values(&["random"]).inc();
                     let mut out = vec![self.destination_headers(&dest, None, Some(body.len()))];
-                    out.extend(messages::body(Half::Request, &body, true));
+                    out.extend(messages::body(Half::Request, &body, body_ends));
                     out
                 }
                 Err(e) => self.reject(e),
@@ -252,7 +275,7 @@ impl Exchange {
         self.epp.counters.picks.with_label_values(&[kind]).inc();
         let mut out =
             vec![self.destination_headers(&destinations, prefiller.as_deref(), Some(body.len()))];
-        out.extend(messages::body(Half::Request, &body, true));
+        out.extend(messages::body(Half::Request, &body, body_ends));
         self.routed = Some(routed);
         out
     }

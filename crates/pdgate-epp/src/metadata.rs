@@ -25,28 +25,34 @@ pub const SUBSET: &str = "x-gateway-destination-endpoint-subset";
 /// Metadata key (and response header) of the endpoint that served.
 pub const SERVED: &str = "x-gateway-destination-endpoint-served";
 
-/// The subset hint of a request: `None` when the data plane sent none (every endpoint of the
-/// pool may be picked); `Some(set)` restricts candidates to those `ip:port`s (an empty set
-/// matches nothing).
-pub fn subset_hint(meta: Option<&Metadata>) -> Option<BTreeSet<String>> {
-    let value = meta?
-        .filter_metadata
-        .get(SUBSET_NAMESPACE)?
-        .fields
-        .get(SUBSET)?;
+/// The subset hint of a request: `Ok(None)` when the data plane sent none (every endpoint of
+/// the pool may be picked); `Ok(Some(set))` restricts candidates to those `ip:port`s (an empty
+/// set matches nothing).
+///
+/// Errors: the hint is neither a string nor a list of strings (a number, a nested list, …):
+/// a message saying what it is.
+pub fn subset_hint(meta: Option<&Metadata>) -> Result<Option<BTreeSet<String>>, String> {
+    let Some(value) = meta
+        .and_then(|m| m.filter_metadata.get(SUBSET_NAMESPACE))
+        .and_then(|s| s.fields.get(SUBSET))
+    else {
+        return Ok(None);
+    };
     let mut out = BTreeSet::new();
+    let not_strings = "must be a string or a list of strings (ip:port)";
     match &value.kind {
         Some(Kind::ListValue(list)) => {
             for v in &list.values {
-                if let Some(Kind::StringValue(s)) = &v.kind {
-                    add_list(&mut out, s);
+                match &v.kind {
+                    Some(Kind::StringValue(s)) => add_list(&mut out, s),
+                    _ => return Err(format!("an item {not_strings}")),
                 }
             }
         }
         Some(Kind::StringValue(s)) => add_list(&mut out, s),
-        _ => {}
+        _ => return Err(not_strings.to_string()),
     }
-    Some(out)
+    Ok(Some(out))
 }
 
 fn add_list(out: &mut BTreeSet<String>, s: &str) {
@@ -134,18 +140,36 @@ mod tests {
         };
         let m = meta(SUBSET_NAMESPACE, SUBSET, list);
         let want: BTreeSet<String> = ["10.0.0.1:8000", "10.0.0.2:8000"].map(String::from).into();
-        assert_eq!(subset_hint(Some(&m)), Some(want.clone()));
+        assert_eq!(subset_hint(Some(&m)), Ok(Some(want.clone())));
         let m = meta(
             SUBSET_NAMESPACE,
             SUBSET,
             string("10.0.0.1:8000, 10.0.0.2:8000"),
         );
-        assert_eq!(subset_hint(Some(&m)), Some(want));
+        assert_eq!(subset_hint(Some(&m)), Ok(Some(want)));
         let empty = meta(SUBSET_NAMESPACE, SUBSET, string(""));
-        assert_eq!(subset_hint(Some(&empty)), Some(BTreeSet::new()));
-        assert_eq!(subset_hint(None), None);
+        assert_eq!(subset_hint(Some(&empty)), Ok(Some(BTreeSet::new())));
+        assert_eq!(subset_hint(None), Ok(None));
         let other = meta(LB_NAMESPACE, SUBSET, string("10.0.0.1:8000"));
-        assert_eq!(subset_hint(Some(&other)), None);
+        assert_eq!(subset_hint(Some(&other)), Ok(None));
+    }
+
+    /// Malformed hints (found by an adversarial try) are errors, never "matches nothing".
+    #[test]
+    fn a_hint_that_is_not_strings_is_an_error() {
+        let number = Value {
+            kind: Some(Kind::NumberValue(5.0)),
+        };
+        let list = |values: Vec<Value>| Value {
+            kind: Some(Kind::ListValue(ListValue { values })),
+        };
+        let nested = list(vec![list(vec![string("10.0.0.1:8000")])]);
+        let mixed = list(vec![string("10.0.0.1:8000"), number.clone()]);
+        for bad in [number, nested, mixed] {
+            let m = meta(SUBSET_NAMESPACE, SUBSET, bad);
+            let e = subset_hint(Some(&m)).unwrap_err();
+            assert!(e.contains("list of strings"), "{e}");
+        }
     }
 
     #[test]

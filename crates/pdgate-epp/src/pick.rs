@@ -10,6 +10,7 @@ use pdgate_api::hints::RoutingHints;
 use pdgate_api::{headers, ApiKind, InferenceRequest};
 use pdgate_scheduler::{Endpoint, EndpointState, Pick, RequestHeaders, SchedulingRequest};
 use pdgate_server::errors::ApiError;
+use pdgate_server::header_scan::HeaderNames;
 use rand::seq::IndexedRandom;
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -42,9 +43,11 @@ pub struct Buffered<'a> {
     pub subset: Option<&'a BTreeSet<String>>,
 }
 
-/// The inference API of `path` (its query removed), if it is one the scheduler reads.
+/// The inference API of `path` (its query and a trailing `/` removed), if it is one the
+/// scheduler reads.
 pub fn api_of(path: &str) -> Option<ApiKind> {
-    match path.split('?').next().unwrap_or_default() {
+    let path = path.split('?').next().unwrap_or_default();
+    match path.strip_suffix('/').unwrap_or(path) {
         "/v1/completions" => Some(ApiKind::Completions),
         "/v1/chat/completions" => Some(ApiKind::ChatCompletions),
         _ => None,
@@ -121,6 +124,7 @@ pub fn route(epp: &Epp, api: ApiKind, req: &Buffered<'_>) -> Result<Routed, ApiE
         return Err(no_endpoint(req.subset));
     }
     let h = req.headers;
+    pdgate_server::proxy::check_hint_headers(h, &HeaderNames::of(h))?;
     let hints = RoutingHints::parse(|n| h.get(n)?.to_str().ok(), &parsed.body)?;
     let session_id = hints.session_id.as_ref().map(|s| s.value.clone());
     let now = tokio::time::Instant::now();

@@ -152,7 +152,7 @@ fn local_encode(state: &AppState, snapshot: &pdgate_scheduler::Snapshot) -> Opti
 /// Routing-hint headers must be readable and unambiguous: a value that is not visible ASCII,
 /// or the same header given twice with different values, is a 400 naming it (never read as
 /// absent, which would route the request freely).
-fn check_hint_headers(h: &HeaderMap, present: &HeaderNames<'_>) -> Result<(), ApiError> {
+pub fn check_hint_headers(h: &HeaderMap, present: &HeaderNames<'_>) -> Result<(), ApiError> {
     for name in pdgate_api::hints::HINT_HEADERS {
         if !present.has(name) {
             continue;
