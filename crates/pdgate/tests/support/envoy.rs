@@ -5,6 +5,7 @@
 //! `…-served` metadata) and response body chunks. Also starts an EPP in-process on
 //! 127.0.0.1:0.
 
+use super::{endpoints, sim_config, sim_workers, spec};
 use envoy_types::pb::envoy::config::core::v3::{HeaderMap, HeaderValue, Metadata};
 use envoy_types::pb::envoy::service::ext_proc::v3::external_processor_client::ExternalProcessorClient;
 use envoy_types::pb::envoy::service::ext_proc::v3::{
@@ -13,7 +14,9 @@ use envoy_types::pb::envoy::service::ext_proc::v3::{
 };
 use envoy_types::pb::google::protobuf::{value::Kind, ListValue, Struct, Value};
 use pdgate_epp::{Epp, EppOptions};
+use pdgate_scheduler::DEFAULT_CONFIG_YAML;
 use pdgate_scheduler::{Endpoint, Scheduler};
+use serde_json::{json, Value as Json};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -466,4 +469,25 @@ pub async fn health_becomes(
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     last
+}
+
+/// The content type of every request body here.
+pub const JSON: (&str, &str) = ("content-type", "application/json");
+
+/// A completions body: `len` token ids from `first`, 4 tokens out.
+pub fn completion(first: u32, len: u32, stream: bool) -> Json {
+    let prompt: Vec<u32> = (first..first + len).collect();
+    json!({"model": "pdgate-sim", "prompt": prompt, "max_tokens": 4, "stream": stream,
+           "stream_options": {"include_usage": true}})
+}
+
+/// `n` decode-role simulator workers (a fleet without prefill: aggregated) and an EPP over
+/// them with the built-in config.
+pub async fn aggregated(n: usize) -> (Vec<pdgate_sim::WorkerHandle>, EppUnderTest) {
+    let specs = (0..n)
+        .map(|i| spec(&format!("w{i}"), "decode", None))
+        .collect();
+    let workers = sim_workers(specs, sim_config(50.0)).await;
+    let epp = epp(endpoints(&workers), DEFAULT_CONFIG_YAML).await;
+    (workers, epp)
 }
