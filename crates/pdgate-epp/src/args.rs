@@ -114,7 +114,7 @@ pub async fn run(args: EppArgs) -> anyhow::Result<()> {
     }));
     let result = tokio::select! {
         r = &mut server => return finish(r, health_task, metrics_task),
-        s = shutdown_signal() => s,
+        s = pdgate_server::args::shutdown_signal() => s,
     };
     result.context("waiting for SIGTERM")?;
     // Draining: readiness NOT_SERVING at once; the server stops accepting (HTTP/2 GOAWAY on
@@ -122,7 +122,7 @@ pub async fn run(args: EppArgs) -> anyhow::Result<()> {
     epp.drain();
     let grace = Duration::from_millis(args.shutdown_grace_ms);
     tracing::info!(
-        in_flight = epp.in_flight_total(),
+        in_flight = epp.registry.in_flight_total(),
         ?grace,
         "pdgate epp draining"
     );
@@ -131,7 +131,7 @@ pub async fn run(args: EppArgs) -> anyhow::Result<()> {
         Ok(r) => finish(r, health_task, metrics_task),
         Err(_) => {
             tracing::warn!(
-                in_flight = epp.in_flight_total(),
+                in_flight = epp.registry.in_flight_total(),
                 ?grace,
                 "grace period over; streams cut"
             );
@@ -165,11 +165,8 @@ async fn serve_metrics(epp: Arc<Epp>, listener: tokio::net::TcpListener) -> std:
         get(move || {
             let epp = epp.clone();
             async move {
-                let snap = epp.registry.snapshot();
                 epp.metrics
-                    .plugins
-                    .set(&epp.scheduler.plugin_metrics(&snap));
-                epp.metrics.set_endpoint_gauges(&snap);
+                    .refresh(&epp.scheduler, &epp.registry.snapshot());
                 (
                     [(http::header::CONTENT_TYPE, "text/plain; version=0.0.4")],
                     epp.metrics.render(),
@@ -178,14 +175,4 @@ async fn serve_metrics(epp: Arc<Epp>, listener: tokio::net::TcpListener) -> std:
         }),
     );
     axum::serve(listener, app).await
-}
-
-/// Waits for SIGTERM (Kubernetes stopping the pod) or SIGINT.
-async fn shutdown_signal() -> std::io::Result<()> {
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut term = signal(SignalKind::terminate())?;
-    tokio::select! {
-        r = tokio::signal::ctrl_c() => r,
-        _ = term.recv() => Ok(()),
-    }
 }

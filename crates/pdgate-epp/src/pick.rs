@@ -109,12 +109,7 @@ fn no_endpoint(subset: Option<&BTreeSet<String>>) -> ApiError {
 pub fn route(epp: &Epp, api: ApiKind, req: &Buffered<'_>) -> Result<Routed, ApiError> {
     let parsed = InferenceRequest::from_bytes(api, req.body.clone())?;
     let snapshot = epp.registry.snapshot();
-    if !snapshot.endpoints.is_empty()
-        && !snapshot
-            .endpoints
-            .iter()
-            .any(|e| e.load.serves(&parsed.model))
-    {
+    if !epp.registry.model_may_exist(&parsed.model) {
         return Err(ApiError::ModelNotFound(parsed.model));
     }
     if req.subset.is_some()

@@ -169,10 +169,4 @@ impl Epp {
     pub fn drain(&self) {
         self.draining.store(true, Ordering::Release);
     }
-
-    /// Sum of in-flight bookings over every current endpoint.
-    pub fn in_flight_total(&self) -> u32 {
-        let snap = self.registry.snapshot();
-        snap.endpoints.iter().map(|e| e.load.in_flight()).sum()
-    }
 }

@@ -31,6 +31,19 @@ impl EndpointRegistry {
         self.snapshot.load_full()
     }
 
+    /// Sum of in-flight bookings over every current endpoint (idle: 0).
+    pub fn in_flight_total(&self) -> u32 {
+        let snap = self.snapshot();
+        snap.endpoints.iter().map(|e| e.load.in_flight()).sum()
+    }
+
+    /// False only when endpoints are known, every model list is known and none has
+    /// `model`: the request is then answered 404. Unknown lists keep the request (fail open).
+    pub fn model_may_exist(&self, model: &str) -> bool {
+        let snap = self.snapshot();
+        snap.endpoints.is_empty() || snap.endpoints.iter().any(|e| e.load.serves(model))
+    }
+
     /// True once any endpoint list was applied.
     pub fn is_known(&self) -> bool {
         self.known.load(std::sync::atomic::Ordering::Acquire)

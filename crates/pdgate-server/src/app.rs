@@ -297,9 +297,7 @@ async fn health(State(s): State<Arc<AppState>>) -> Response {
 }
 
 async fn metrics(State(s): State<Arc<AppState>>) -> Response {
-    let snap = s.registry.snapshot();
-    s.metrics.plugins.set(&s.scheduler.plugin_metrics(&snap));
-    s.metrics.set_endpoint_gauges(&snap);
+    s.metrics.refresh(&s.scheduler, &s.registry.snapshot());
     s.metrics
         .client_connections
         .set(s.connections.open() as i64);
@@ -396,14 +394,12 @@ impl AppState {
     /// False only when every endpoint's model list is known and none has `model`: the
     /// request is then answered 404. Unknown lists keep the request (fail open).
     pub fn model_may_exist(&self, model: &str) -> bool {
-        let snap = self.registry.snapshot();
-        snap.endpoints.is_empty() || snap.endpoints.iter().any(|e| e.load.serves(model))
+        self.registry.model_may_exist(model)
     }
 
     /// Sum of in-flight bookings over every current endpoint (idle router: 0).
     pub fn in_flight_total(&self) -> u32 {
-        let snap = self.registry.snapshot();
-        snap.endpoints.iter().map(|e| e.load.in_flight()).sum()
+        self.registry.in_flight_total()
     }
 
     /// The same shared state (scheduler, endpoints, metrics, models) with an upstream

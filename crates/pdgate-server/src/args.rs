@@ -212,8 +212,10 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
 /// Default of `--shutdown-grace-ms`: under Kubernetes' default 30 s termination grace.
 pub const DEFAULT_SHUTDOWN_GRACE_MS: u64 = 25_000;
 
-/// Waits for SIGTERM (Kubernetes stopping the pod) or SIGINT.
-async fn shutdown_signal() -> std::io::Result<()> {
+/// Waits for SIGTERM (Kubernetes stopping the pod) or SIGINT (both front ends).
+///
+/// Errors: the signal handlers cannot be installed.
+pub async fn shutdown_signal() -> std::io::Result<()> {
     use tokio::signal::unix::{signal, SignalKind};
     let mut term = signal(SignalKind::terminate())?;
     tokio::select! {

@@ -317,6 +317,14 @@ impl Metrics {
         }
     }
 
+    /// Refreshes the series derived from state rather than counted: the plugins' own
+    /// metrics and the per-endpoint gauges over `snapshot` (both front ends call it on every
+    /// `/metrics` read).
+    pub fn refresh(&self, scheduler: &pdgate_scheduler::Scheduler, snapshot: &Snapshot) {
+        self.plugins.set(&scheduler.plugin_metrics(snapshot));
+        self.set_endpoint_gauges(snapshot);
+    }
+
     /// Sets the per-endpoint series (`pdgate_in_flight` and the engine gauges) from
     /// `snapshot`, dropping the series of endpoints that are not in it.
     pub fn set_endpoint_gauges(&self, snapshot: &Snapshot) {
