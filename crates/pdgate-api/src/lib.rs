@@ -8,6 +8,7 @@ pub mod error;
 pub mod headers;
 pub mod hints;
 pub mod kv;
+pub mod kv_events;
 pub mod labels;
 pub mod media;
 pub mod openai;
