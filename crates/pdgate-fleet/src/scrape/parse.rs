@@ -13,6 +13,12 @@ pub struct EngineGauges {
     /// collector, which vLLM's API server exports): a new value means the engine restarted.
     /// The largest value when several series carry it.
     pub start_time: Option<f64>,
+    /// Tokens per engine KV block: label `block_size` of `vllm:cache_config_info` (vLLM's
+    /// `--block-size`). The first series that carries a positive integer wins.
+    pub block_size: Option<u32>,
+    /// KV blocks the engine can hold: label `num_gpu_blocks` of `vllm:cache_config_info`
+    /// (`"None"` or absent → unknown).
+    pub num_gpu_blocks: Option<u64>,
 }
 
 /// Parses a Prometheus text exposition into [`EngineGauges`].
@@ -23,6 +29,7 @@ pub struct EngineGauges {
 pub fn parse_engine_metrics(text: &str) -> EngineGauges {
     let mut sums: [(f64, u32); 4] = [(0.0, 0); 4];
     let mut start_time: Option<f64> = None;
+    let (mut block_size, mut num_gpu_blocks) = (None, None);
     for line in text.lines() {
         let line = line.trim_start();
         if line.is_empty() || line.starts_with('#') {
@@ -40,6 +47,14 @@ pub fn parse_engine_metrics(text: &str) -> EngineGauges {
                 start_time = Some(start_time.map_or(value, |s| s.max(value)));
                 continue;
             }
+            "vllm:cache_config_info" => {
+                let int = |key| label(line, key).and_then(|v| v.parse::<u64>().ok());
+                block_size = block_size.or(int("block_size")
+                    .filter(|b| *b > 0)
+                    .and_then(|b| u32::try_from(b).ok()));
+                num_gpu_blocks = num_gpu_blocks.or(int("num_gpu_blocks"));
+                continue;
+            }
             _ => continue,
         };
         if value.is_finite() {
@@ -54,6 +69,27 @@ pub fn parse_engine_metrics(text: &str) -> EngineGauges {
         waiting: sum(1),
         kv_usage: mean(2).or_else(|| mean(3)),
         start_time,
+        block_size,
+        num_gpu_blocks,
+    }
+}
+
+/// The value of label `key` of a sample line (`name{k="v",...} value`), unescaped quotes
+/// not supported inside the value (vLLM's info labels have none). `None` when absent.
+fn label<'a>(line: &'a str, key: &str) -> Option<&'a str> {
+    let open = line.find('{')?;
+    let mut rest = &line[open + 1..];
+    loop {
+        let rest_trim = rest.trim_start_matches([',', ' ']);
+        let (k, after) = rest_trim.split_once("=\"")?;
+        let end = after.find('"')?;
+        if k.trim() == key {
+            return Some(&after[..end]);
+        }
+        rest = &after[end + 1..];
+        if rest.trim_start().starts_with('}') {
+            return None;
+        }
     }
 }
 
@@ -148,6 +184,7 @@ mod tests {
         assert_eq!(g.running, Some(5.0));
         assert_eq!(g.waiting, None);
         assert_eq!(g.start_time, None);
+        assert_eq!((g.block_size, g.num_gpu_blocks), (None, None));
         assert!((g.kv_usage.unwrap() - 0.3).abs() < 1e-12);
         let cards = parse_model_cards(
             br#"{"object":"list","data":[{"id":"a","max_model_len":8},{"id":3},{"id":"b"}]}"#,
@@ -159,6 +196,16 @@ mod tests {
             (Some("a"), Some(8))
         );
         assert_eq!(parse_model_cards(b"<html>"), None);
+    }
+
+    #[test]
+    fn cache_config_labels_are_matched_by_exact_key() {
+        let text = "vllm:cache_config_info{mamba_block_size=\"8\",block_size=\"64\",\
+            num_gpu_blocks=\"None\"} 1\n";
+        let g = parse_engine_metrics(text);
+        assert_eq!((g.block_size, g.num_gpu_blocks), (Some(64), None));
+        let zero = parse_engine_metrics("vllm:cache_config_info{block_size=\"0\"} 1\n");
+        assert_eq!(zero.block_size, None);
     }
 
     #[test]
@@ -197,6 +244,12 @@ mod tests {
         assert_eq!(
             (idle.running, idle.waiting, idle.kv_usage, idle.start_time),
             (Some(0.0), Some(0.0), Some(0.0), Some(1.7959416738e9))
+        );
+        // `vllm:cache_config_info{...,block_size="32",...,num_gpu_blocks="16384",...}`; the
+        // look-alike labels (`_block_size_resolved`, `mamba_block_size`, ...) are not it.
+        assert_eq!(
+            (idle.block_size, idle.num_gpu_blocks),
+            (Some(32), Some(16384))
         );
         let busy = parse_engine_metrics(&fixture("metrics-under-load.txt"));
         assert_eq!((busy.running, busy.waiting), (Some(5.0), Some(0.0)));
