@@ -4,7 +4,9 @@
 //!   parameters and defaults as llm-d's router) and injects llm-d's defaults.
 //! - [`Scheduler::schedule`] runs the profile handler over a [`Snapshot`]: screened candidates →
 //!   per-profile filters → weighted scorers → picker, booking the in-flight count at pick time.
-//! - The approximate prefix index ([`prefix::PrefixIndex`]) is fed by the router's own picks.
+//! - The approximate prefix index ([`prefix::PrefixIndex`]) is fed by the router's own picks;
+//!   the precise one ([`prefix::PreciseIndex`]) by the engines' KV events, which the server
+//!   applies ([`Scheduler::kv_event_indexes`]).
 //!
 //! No IO, no async, no locks held longer than one index lookup. See README.md for the plugins.
 
@@ -33,7 +35,7 @@ pub use request::{
     Pick, Rejected, RequestCtx, RequestHeaders, RequestState, SchedulingRequest, SchedulingResult,
     SessionBinding,
 };
-pub use scheduler::Scheduler;
+pub use scheduler::{KvEventIndex, Scheduler};
 
 /// The built-in P/D configuration used when `serve` has no `--config`.
 ///

@@ -9,7 +9,7 @@ use crate::plugin::{
     RequestRejected, ResponseHeader, Scorer, Screener,
 };
 use crate::plugins;
-use crate::prefix::PrefixIndex;
+use crate::prefix::PrefixSource;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_yaml_ng::Value;
@@ -53,7 +53,7 @@ pub struct Built {
     /// Metrics the plugin exports.
     pub metrics: Option<Arc<dyn MetricsSource>>,
     /// Prefix index, for producers.
-    pub index: Option<Arc<PrefixIndex>>,
+    pub index: Option<PrefixSource>,
     /// Saturation detector (flow control, legacy admission).
     pub saturation: Option<Arc<dyn crate::flow::SaturationDetector>>,
     /// Flow-control policy (fairness, ordering, usage limit).
@@ -109,16 +109,16 @@ pub struct BuildCtx<'a> {
 }
 
 impl BuildCtx<'_> {
-    /// The prefix index of producer `name`, or of the first producer when `name` is `None`.
-    pub fn producer(
-        &self,
-        name: Option<&str>,
-        field: &str,
-    ) -> Result<Arc<PrefixIndex>, PluginError> {
-        let found = self
-            .built
-            .iter()
-            .find(|(n, _, b)| b.index.is_some() && name.is_none_or(|w| w == n));
+    /// The prefix index of producer `name` (approximate or precise), or of the first
+    /// approximate producer when `name` is `None` (llm-d: a consumer naming no producer
+    /// reads the auto-spawned approximate one). The one resolution point of
+    /// `prefixMatchInfoProducerName`.
+    pub fn producer(&self, name: Option<&str>, field: &str) -> Result<PrefixSource, PluginError> {
+        let found = self.built.iter().find(|(n, _, b)| match (&b.index, name) {
+            (Some(_), Some(w)) => w == n,
+            (Some(ix), None) => ix.approx().is_some(),
+            (None, _) => false,
+        });
         match (found, name) {
             (Some((_, _, b)), _) => Ok(b.index.clone().expect("checked")),
             (None, Some(n)) => Err(PluginError::missing(
@@ -164,6 +164,7 @@ pub struct PluginType {
 /// Every built-in plugin type.
 pub static PLUGIN_TYPES: &[PluginType] = &[
     plugins::approx_prefix_cache_producer::TYPE,
+    plugins::precise_prefix_cache_producer::TYPE,
     plugins::prefill_filter::TYPE,
     plugins::decode_filter::TYPE,
     plugins::encode_filter::TYPE,

@@ -3,7 +3,7 @@
 use crate::booking::Booking;
 use crate::endpoint::{EndpointState, Snapshot};
 use crate::error::Rejection;
-use crate::prefix::PrefixIndex;
+use crate::prefix::PrefixSource;
 use pdgate_api::hints::RoutingHints;
 use pdgate_api::{Phase, PromptInput};
 use std::any::Any;
@@ -281,7 +281,7 @@ impl<'a> RequestCtx<'a> {
     }
 
     /// The chained block hashes of the prompt under `index`'s block size and cap.
-    pub fn block_hashes(&self, index: &PrefixIndex) -> &[u64] {
+    pub fn block_hashes(&self, index: &PrefixSource) -> &[u64] {
         let hasher = index.hasher();
         match self.state.hashes.get(index.slot()) {
             Some(cell) => cell.get_or_init(|| hasher.hash(self.req.model, self.req.prompt)),
@@ -294,7 +294,7 @@ impl<'a> RequestCtx<'a> {
     /// while a request is being scheduled).
     pub fn prefix_matches(
         &self,
-        index: &PrefixIndex,
+        index: &PrefixSource,
         endpoints: &[&Arc<EndpointState>],
         out: &mut Vec<usize>,
     ) {
@@ -307,7 +307,7 @@ impl<'a> RequestCtx<'a> {
     }
 
     /// Matched prefix blocks of this prompt on `endpoint` under `index` (memoised).
-    pub fn prefix_match(&self, index: &PrefixIndex, endpoint: &EndpointState) -> usize {
+    pub fn prefix_match(&self, index: &PrefixSource, endpoint: &EndpointState) -> usize {
         let key = (index.slot(), endpoint as *const EndpointState as usize);
         if let Some(&(_, _, m)) = self
             .matches

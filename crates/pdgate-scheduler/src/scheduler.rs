@@ -8,7 +8,7 @@ use crate::pins::RequestPins;
 use crate::plugin::{
     Candidates, Decision, PluginMetric, ProfileHandler, ProfileRunner, ResponseCtx,
 };
-use crate::prefix::PrefixIndex;
+use crate::prefix::{PreciseIndex, PrefixSource};
 use crate::profile::Profile;
 use crate::registry::PluginType;
 use crate::request::{Pick, Rejected, RequestCtx, SchedulingRequest, SchedulingResult};
@@ -21,7 +21,7 @@ pub struct Scheduler {
     profiles: Vec<Profile>,
     handler: Arc<dyn ProfileHandler>,
     hooks: Hooks,
-    indexes: Vec<Arc<PrefixIndex>>,
+    indexes: Vec<(String, PrefixSource)>,
     effective_yaml: String,
     flow: crate::flow::FlowSettings,
 }
@@ -184,10 +184,10 @@ impl Scheduler {
             _ => self.handler.handle(ctx, &runner)?,
         };
         // Hash the prompt for every producer now: response hooks record these blocks later.
-        for index in &self.indexes {
+        for (_, index) in &self.indexes {
             ctx.block_hashes(index);
         }
-        if let Some(index) = self.indexes.first() {
+        if let Some((_, index)) = self.indexes.first() {
             let prompt = ctx.prompt_tokens();
             let cached = |p: &mut Pick| {
                 p.cached_tokens =
@@ -215,7 +215,9 @@ impl Scheduler {
     /// Blocks of the prefix index (the first producer's) credited to `endpoint`; 0 without
     /// a producer.
     pub fn prefix_blocks_held(&self, endpoint: &str) -> usize {
-        self.indexes.first().map_or(0, |i| i.blocks_held(endpoint))
+        self.indexes
+            .first()
+            .map_or(0, |(_, i)| i.blocks_held(endpoint))
     }
 
     /// Forgets the prefix-index credit of `endpoint` in every index (its engine restarted
@@ -223,20 +225,44 @@ impl Scheduler {
     pub fn forget_endpoint(&self, endpoint: &str) -> bool {
         self.indexes
             .iter()
-            .fold(false, |any, ix| ix.forget(endpoint) | any)
+            .fold(false, |any, (_, ix)| ix.forget(endpoint) | any)
     }
 
     /// Forgets, in every prefix index, the endpoints for which `keep` is false (those that
     /// left discovery); returns how many (endpoint, index) entries were dropped.
     pub fn retain_endpoints(&self, keep: impl Fn(&str) -> bool) -> usize {
-        self.indexes.iter().map(|ix| ix.retain(&keep)).sum()
+        self.indexes.iter().map(|(_, ix)| ix.retain(&keep)).sum()
     }
 
     /// Size of the prefix indexes, summed over the producers (zero without one).
     pub fn prefix_stats(&self) -> crate::prefix::PrefixStats {
         (self.indexes.iter())
-            .map(|ix| ix.stats())
+            .map(|(_, ix)| ix.stats())
             .fold(Default::default(), |a, b| a + b)
+    }
+
+    /// The precise prefix indexes (`precise-prefix-cache-producer`), each with its
+    /// producer's name and events config, for the server to subscribe to the engines' KV
+    /// events and feed them: [`PreciseIndex::apply`] per event batch of an endpoint,
+    /// [`PreciseIndex::clear_endpoint`] when its stream restarts or it leaves.
+    pub fn kv_event_indexes(&self) -> Vec<KvEventIndex> {
+        (self.indexes.iter())
+            .filter_map(|(name, ix)| {
+                Some(KvEventIndex {
+                    producer: name.clone(),
+                    index: ix.precise()?.clone(),
+                })
+            })
+            .collect()
+    }
+
+    /// Offers the engines' KV block size (`vllm:cache_config_info{block_size}`, tokens) to
+    /// every approximate index with `autoTune` on; returns whether any changed its block
+    /// size (and forgot what it had learnt), for the server's log line and metric.
+    pub fn adopt_engine_block_size(&self, block_tokens: usize) -> bool {
+        (self.indexes.iter())
+            .filter_map(|(_, ix)| ix.approx())
+            .fold(false, |any, ix| ix.adopt_block_size(block_tokens) | any)
     }
 
     /// Runs the `ResponseHeader` hooks for `pick`'s phase response head (`status`), and
@@ -255,6 +281,15 @@ impl Scheduler {
         }
         out
     }
+}
+
+/// A precise prefix index and the producer it belongs to ([`Scheduler::kv_event_indexes`]).
+#[derive(Debug, Clone)]
+pub struct KvEventIndex {
+    /// The producer plugin's name.
+    pub producer: String,
+    /// Its index; [`PreciseIndex::events`] is its `kvEventsConfig`.
+    pub index: Arc<PreciseIndex>,
 }
 
 /// The one rule mapping a decider's answer on a conditional-decode probe to serve or 412

@@ -2,8 +2,9 @@
 //! construction, profile resolution and the effective config.
 //!
 //! Defaults injected as llm-d does: a plugin's `name` defaults to its `type`; a config using
-//! `prefix-cache-scorer` or `prefix-based-pd-decider` without an `approx-prefix-cache-producer`
-//! gets one with default parameters; no profiles → one `default` profile referencing every
+//! `prefix-cache-scorer` or `prefix-based-pd-decider` without naming a producer
+//! (`prefixMatchInfoProducerName`) and without an `approx-prefix-cache-producer` gets one with
+//! default parameters; no profiles → one `default` profile referencing every
 //! filter, scorer and picker; a profile without a picker gets `max-score-picker`; one profile
 //! and no handler → `single-profile-handler`; a ref's `weight` defaults to 1.
 //!
@@ -24,7 +25,7 @@ use crate::plugin::{
     MetricsSource, PreRequest, ProfileHandler, RequestAbandoned, RequestRejected, ResponseHeader,
     Screener,
 };
-use crate::prefix::PrefixIndex;
+use crate::prefix::PrefixSource;
 use crate::profile::Profile;
 use crate::registry::{self, Built, Stage};
 use effective::{Effective, EffectivePlugin};
@@ -39,8 +40,8 @@ pub struct Loaded {
     pub handler: Arc<dyn ProfileHandler>,
     /// Screeners and lifecycle hooks, in build order.
     pub hooks: Hooks,
-    /// Prefix indexes by slot.
-    pub indexes: Vec<Arc<PrefixIndex>>,
+    /// Prefix indexes by slot, with their producer's name.
+    pub indexes: Vec<(String, PrefixSource)>,
     /// The effective config as YAML.
     pub effective_yaml: String,
     /// Flow control and admission (`featureGates`, `flowControl`).
@@ -132,8 +133,10 @@ pub fn load_all(
             ld.declare(name, p.plugin_type, p.parameters, items.get(i).cloned());
         }
     }
+    // Only consumers that name no producer read the injected approximate one.
     let needs_producer = ld.decls.iter().any(|d| {
-        d.plugin_type == "prefix-cache-scorer" || d.plugin_type == "prefix-based-pd-decider"
+        (d.plugin_type == "prefix-cache-scorer" || d.plugin_type == "prefix-based-pd-decider")
+            && !names_producer(d.params.as_ref())
     });
     let producer = crate::plugins::approx_prefix_cache_producer::TYPE.name;
     if needs_producer
@@ -192,11 +195,22 @@ pub fn load_all(
         indexes: ld
             .built
             .iter()
-            .filter_map(|(_, _, b)| b.index.clone())
+            .filter_map(|(n, _, b)| Some((n.clone(), b.index.clone()?)))
             .collect(),
         effective_yaml: effective.to_yaml(),
         flow,
     })
+}
+
+/// Whether a consumer's raw parameters name their producer (`prefixMatchInfoProducerName`,
+/// or the decider's alias `prefixPluginName`).
+fn names_producer(params: Option<&serde_yaml_ng::Value>) -> bool {
+    let Some(serde_yaml_ng::Value::Mapping(m)) = params else {
+        return false;
+    };
+    ["prefixMatchInfoProducerName", "prefixPluginName"]
+        .iter()
+        .any(|k| m.get(*k).is_some_and(|v| !v.is_null()))
 }
 
 /// The first `…`-quoted text of `message`.

@@ -7,7 +7,9 @@
 //! - **Parameters:** `blockSizeTokens` (alias `blockSize`, tokens per block, default 16);
 //!   `maxPrefixBlocksToMatch` (default 256); `maxPrefixTokensToMatch` (tokens, default 0 =
 //!   unset; when > 0 the block cap is `maxPrefixTokensToMatch / blockSizeTokens`);
-//!   `lruCapacityPerServer` (blocks per endpoint, default 31250); `autoTune` (default true).
+//!   `lruCapacityPerServer` (blocks per endpoint, default 31250); `autoTune` (default true:
+//!   the block size follows the engines' `vllm:cache_config_info{block_size}` when the server
+//!   offers it, `Scheduler::adopt_engine_block_size`).
 //! - **Inputs:** the prompt (token ids, or text at 4 bytes per token: `blockSizeTokens × 4`
 //!   bytes per block) and the model name (seeds the hash chain).
 //! - **Outputs:** when a phase response head arrives with a 2xx status, the prompt's full
@@ -18,8 +20,9 @@
 //!   not credited; the server forgets an endpoint's blocks when it leaves or its engine
 //!   restarts (`Scheduler::retain_endpoints`, `Scheduler::forget_endpoint`).
 //! - **Limitations:** approximate — it learns only from this router's decisions, not from
-//!   engine evictions; `autoTune` is accepted but has no effect (pdgate does not read the
-//!   engines' block size or capacity yet); llm-d clamps small text block sizes, pdgate does not.
+//!   engine evictions; `autoTune` adopts the engines' block size but not their capacity
+//!   (`lruCapacityPerServer` stays as configured); adopting a new size forgets what was
+//!   learnt under the old one; llm-d clamps small text block sizes, pdgate does not.
 //!   Source: llm-d approx-prefix-cache-producer.
 
 use crate::plugin::{ResponseCtx, ResponseHeader};
@@ -49,7 +52,7 @@ pub struct Params {
     pub max_prefix_tokens_to_match: usize,
     /// Blocks remembered per endpoint (default 31250).
     pub lru_capacity_per_server: usize,
-    /// llm-d: derive block size and capacity from engine metrics. Accepted; no effect yet.
+    /// llm-d: derive the block size from engine metrics (capacity: not yet).
     pub auto_tune: bool,
 }
 
@@ -113,17 +116,16 @@ fn build(params: Option<&Value>, ctx: &mut BuildCtx<'_>) -> Result<Built, Plugin
         block_tokens: p.block_size_tokens,
         max_blocks: p.max_blocks(),
     };
-    let index = Arc::new(PrefixIndex::new(
-        ctx.next_slot,
-        hasher,
-        p.lru_capacity_per_server,
-    ));
+    let index = Arc::new(
+        PrefixIndex::new(ctx.next_slot, hasher, p.lru_capacity_per_server)
+            .with_auto_tune(p.auto_tune, p.max_prefix_tokens_to_match),
+    );
     ctx.next_slot += 1;
     Ok(Built {
         response_header: Some(Arc::new(ApproxPrefixCacheProducer {
             index: index.clone(),
         })),
-        index: Some(index),
+        index: Some(crate::prefix::PrefixSource::Approx(index)),
         params: effective(&p),
         ..Built::default()
     })

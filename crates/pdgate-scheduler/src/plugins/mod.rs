@@ -12,6 +12,7 @@ pub mod kv_cache_utilization_scorer;
 pub mod label_selector_filter;
 pub mod load_aware_scorer;
 pub mod max_score_picker;
+pub mod precise_prefix_cache_producer;
 pub mod prefill_filter;
 pub mod prefix_based_pd_decider;
 pub mod prefix_cache_scorer;

@@ -4,20 +4,21 @@
 //! - **Type:** `prefix-based-pd-decider`
 //! - **Extension points:** Decider
 //! - **Parameters:** `nonCachedTokens` (tokens, default 0 = never split); `promptTokens`
-//!   (tokens, default 0); `prefixMatchInfoProducerName` (alias `prefixPluginName`; default the
-//!   first `approx-prefix-cache-producer`).
+//!   (tokens, default 0); `prefixMatchInfoProducerName` (alias `prefixPluginName`; an
+//!   approximate or precise producer; default the first `approx-prefix-cache-producer`).
 //! - **Inputs:** prompt tokens (token count, or text bytes ÷ 4) and the decode endpoint's
 //!   cached prefix from the producer's index (matched blocks, unweighted).
 //! - **Outputs:** split iff `nonCachedTokens > 0`, `prompt ≥ promptTokens`, and
 //!   `prompt − cached_blocks·block_size ≥ nonCachedTokens` (llm-d PrefixBasedPDDecider,
 //!   design.md §4). For a conditional-decode probe the same rule answers 412 when it would
 //!   split; `nonCachedTokens: 0` never splits and so never answers 412.
-//! - **Limitations:** the cached prefix is the router's estimate, not the engine's. Its data
+//! - **Limitations:** with the approximate producer the cached prefix is the router's
+//!   estimate, not the engine's. Its data
 //!   is always readable (the index lives in-process), so it never answers `Unknown`.
 
 use crate::endpoint::EndpointState;
 use crate::plugin::{Decider, Decision};
-use crate::prefix::PrefixIndex;
+use crate::prefix::PrefixSource;
 use crate::registry::{decode, effective, BuildCtx, Built, PluginError, PluginType, Stage};
 use crate::request::RequestCtx;
 use serde::{Deserialize, Serialize};
@@ -47,7 +48,7 @@ pub struct Params {
 /// The decider.
 #[derive(Debug)]
 pub struct PrefixBasedPdDecider {
-    index: Arc<PrefixIndex>,
+    index: PrefixSource,
     non_cached_tokens: usize,
     prompt_tokens: usize,
 }
@@ -101,14 +102,14 @@ mod tests {
     use crate::prefix::BlockHasher;
 
     fn decider(non_cached: usize, prompt: usize) -> PrefixBasedPdDecider {
-        let index = Arc::new(PrefixIndex::new(
+        let index = PrefixSource::Approx(Arc::new(crate::prefix::PrefixIndex::new(
             0,
             BlockHasher {
                 block_tokens: 16,
                 max_blocks: 256,
             },
             10,
-        ));
+        )));
         PrefixBasedPdDecider {
             index,
             non_cached_tokens: non_cached,

@@ -4,18 +4,21 @@
 //! - **Extension points:** Scorer
 //! - **Parameters:** `matchLengthWeight` (alias `prefixLengthWeight`, 0..1, default 0);
 //!   `matchLengthScaleTokens` (alias `maxModelLen`, tokens, default 8192, > 0);
-//!   `prefixMatchInfoProducerName` (producer plugin name; default: the first
-//!   `approx-prefix-cache-producer`, injected with defaults when none is configured).
+//!   `prefixMatchInfoProducerName` (producer plugin name, `approx-prefix-cache-producer` or
+//!   `precise-prefix-cache-producer`; default: the first `approx-prefix-cache-producer`,
+//!   injected with defaults when none is configured).
 //! - **Inputs:** the producer's prefix index: longest consecutive prefix of the prompt's
-//!   blocks believed held by each candidate.
+//!   blocks held by each candidate (believed held for the approximate index; reported by
+//!   the engine, or credited speculatively, for the precise one).
 //! - **Outputs:** `w·min(1, matched_tokens/scale)² + (1−w)·matched_blocks/total_blocks`
 //!   (llm-d prefix-cache-scorer); 0 when the prompt has no full block.
-//! - **Limitations:** as good as the index (approximate, fed by the router's own picks);
+//! - **Limitations:** as good as the index (the approximate one is fed by the router's own
+//!   picks; the precise one matches token-id prompts only, as engines report token ids);
 //!   `total_blocks` is capped by the producer's `maxPrefixBlocksToMatch`.
 
 use crate::endpoint::EndpointState;
 use crate::plugin::Scorer;
-use crate::prefix::PrefixIndex;
+use crate::prefix::PrefixSource;
 use crate::registry::{decode, effective, BuildCtx, Built, PluginError, PluginType, Stage};
 use crate::request::RequestCtx;
 use serde::{Deserialize, Serialize};
@@ -57,14 +60,14 @@ impl Default for Params {
 /// The scorer.
 #[derive(Debug)]
 pub struct PrefixCacheScorer {
-    index: Arc<PrefixIndex>,
+    index: PrefixSource,
     weight: f64,
     scale_tokens: f64,
 }
 
 impl PrefixCacheScorer {
     /// A scorer over `index` with `matchLengthWeight` and `matchLengthScaleTokens`.
-    pub fn new(index: Arc<PrefixIndex>, weight: f64, scale_tokens: usize) -> Self {
+    pub fn new(index: PrefixSource, weight: f64, scale_tokens: usize) -> Self {
         PrefixCacheScorer {
             index,
             weight,
@@ -129,8 +132,8 @@ mod tests {
     use crate::prefix::BlockHasher;
     use pdgate_api::PromptInput;
 
-    fn index() -> Arc<PrefixIndex> {
-        Arc::new(PrefixIndex::new(
+    fn index() -> Arc<crate::prefix::PrefixIndex> {
+        Arc::new(crate::prefix::PrefixIndex::new(
             0,
             BlockHasher {
                 block_tokens: 4,
@@ -148,10 +151,11 @@ mod tests {
         let c: Vec<_> = eps.iter().collect();
         let mut out = [0.0; 3];
         with_ctx(&prompt, |ctx| {
-            let h = ctx.block_hashes(&ix).to_vec();
+            let src = PrefixSource::Approx(ix.clone());
+            let h = ctx.block_hashes(&src).to_vec();
             ix.record(&eps[0], &h[..3]);
             ix.record(&eps[1], &h[..1]);
-            PrefixCacheScorer::new(ix.clone(), 0.0, 8192).score(ctx, &c, &mut out);
+            PrefixCacheScorer::new(src, 0.0, 8192).score(ctx, &c, &mut out);
         });
         assert_eq!(out, [0.75, 0.25, 0.0]);
     }
@@ -159,7 +163,7 @@ mod tests {
     #[test]
     fn half_weight_mixes_squared_length_and_ratio() {
         // w = 0.5, scale 16 tokens, 3 of 4 blocks of 4 tokens: 0.5·(12/16)² + 0.5·0.75.
-        let s = PrefixCacheScorer::new(index(), 0.5, 16);
+        let s = PrefixCacheScorer::new(PrefixSource::Approx(index()), 0.5, 16);
         assert_eq!(s.formula(3, 4, 4), 0.5 * 0.5625 + 0.5 * 0.75);
         assert_eq!(s.formula(4, 4, 4), 1.0);
         assert_eq!(s.formula(8, 8, 4), 1.0); // length term saturates at 1

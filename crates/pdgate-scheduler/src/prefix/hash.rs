@@ -28,7 +28,7 @@ impl BlockHasher {
     /// The prompt's block hashes, at most `max_blocks` (the only per-pick allocation).
     pub fn hash(&self, model: &str, prompt: &PromptInput) -> Vec<u64> {
         let bt = self.block_tokens.max(1);
-        let mut prev = xxh3_64(model.as_bytes());
+        let mut prev = seed(model);
         match prompt {
             PromptInput::Text(text) => {
                 let chunk = bt * BYTES_PER_TOKEN;
@@ -63,6 +63,33 @@ impl BlockHasher {
                 }
                 out
             }
+        }
+    }
+}
+
+/// The root of a model's chain: `xxh3_64(model)` (block 0's hash is `chain(seed, ...)`).
+pub fn seed(model: &str) -> u64 {
+    xxh3_64(model.as_bytes())
+}
+
+/// The own hash of one block of token ids: `xxh3_64` of the ids as little-endian u32 bytes,
+/// the value [`BlockHasher::hash`] chains for a token prompt (`tokens.len()` = the block
+/// size; 16, 32 and 64 take an unrolled path).
+pub fn token_block_hash(tokens: &[u32]) -> u64 {
+    fn fixed<const BYTES: usize>(tokens: &[u32]) -> u64 {
+        let mut buf = [0u8; BYTES];
+        for (dst, t) in buf.chunks_exact_mut(4).zip(tokens) {
+            dst.copy_from_slice(&t.to_le_bytes());
+        }
+        xxh3_64(&buf)
+    }
+    match tokens.len() {
+        16 => fixed::<64>(tokens),
+        32 => fixed::<128>(tokens),
+        64 => fixed::<256>(tokens),
+        _ => {
+            let bytes: Vec<u8> = tokens.iter().flat_map(|t| t.to_le_bytes()).collect();
+            xxh3_64(&bytes)
         }
     }
 }

@@ -17,6 +17,7 @@ use crate::endpoint::EndpointState;
 use lru::LruCache;
 use parking_lot::RwLock;
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// The approximate prefix index of one `approx-prefix-cache-producer`.
 ///
@@ -27,7 +28,14 @@ use std::collections::HashMap;
 #[derive(Debug)]
 pub struct PrefixIndex {
     slot: usize,
-    hasher: BlockHasher,
+    /// Tokens per block (changes only through [`Self::adopt_block_size`]).
+    block_tokens: AtomicUsize,
+    /// Cap on hashed blocks per prompt.
+    max_blocks: AtomicUsize,
+    /// The cap in tokens when configured so (0 = the cap is in blocks).
+    max_tokens: usize,
+    /// Whether [`Self::adopt_block_size`] may change the block size (llm-d `autoTune`).
+    auto_tune: bool,
     lru_capacity: usize,
     inner: RwLock<Inner>,
 }
@@ -152,10 +160,41 @@ impl PrefixIndex {
     pub fn new(slot: usize, hasher: BlockHasher, lru_capacity: usize) -> Self {
         PrefixIndex {
             slot,
-            hasher,
+            block_tokens: AtomicUsize::new(hasher.block_tokens.max(1)),
+            max_blocks: AtomicUsize::new(hasher.max_blocks),
+            max_tokens: 0,
+            auto_tune: false,
             lru_capacity: lru_capacity.max(1),
             inner: RwLock::default(),
         }
+    }
+
+    /// The index with `autoTune` on or off; with `max_tokens > 0` the block cap follows the
+    /// block size (`max_tokens / block_tokens`) when it changes.
+    pub fn with_auto_tune(mut self, on: bool, max_tokens: usize) -> Self {
+        self.auto_tune = on;
+        self.max_tokens = max_tokens;
+        self
+    }
+
+    /// Adopts the engines' KV block size `block_tokens` (from `vllm:cache_config_info`)
+    /// when `autoTune` is on and it differs from the current one: everything learnt under
+    /// the old size is forgotten (its hashes cut prompts differently) and prompts are cut
+    /// at the new size from then on. Returns whether the size changed (the server logs it
+    /// and counts it). Requests hashed under the old size and recorded after the change
+    /// leave credits that never match and age out of the LRU.
+    pub fn adopt_block_size(&self, block_tokens: usize) -> bool {
+        if !self.auto_tune || block_tokens == 0 || block_tokens == self.block_tokens() {
+            return false;
+        }
+        let mut inner = self.inner.write();
+        *inner = Inner::default();
+        self.block_tokens.store(block_tokens, Ordering::Relaxed);
+        if self.max_tokens > 0 {
+            let blocks = (self.max_tokens / block_tokens).max(1);
+            self.max_blocks.store(blocks, Ordering::Relaxed);
+        }
+        true
     }
 
     /// This producer's slot in the per-request context.
@@ -165,12 +204,15 @@ impl PrefixIndex {
 
     /// How prompts are split into blocks.
     pub fn hasher(&self) -> BlockHasher {
-        self.hasher
+        BlockHasher {
+            block_tokens: self.block_tokens(),
+            max_blocks: self.max_blocks.load(Ordering::Relaxed),
+        }
     }
 
     /// Tokens per block.
     pub fn block_tokens(&self) -> usize {
-        self.hasher.block_tokens
+        self.block_tokens.load(Ordering::Relaxed)
     }
 
     /// Longest consecutive prefix (in blocks) of `hashes` held by each endpoint of
@@ -473,6 +515,37 @@ mod tests {
             }
         }
         assert!(checked > 1_000, "the test exercised matches: {checked}");
+    }
+
+    #[test]
+    fn adopting_the_engine_block_size_forgets_and_recuts() {
+        let a = ep("a", None);
+        let off = index(100);
+        assert!(!off.adopt_block_size(32), "autoTune off: nothing changes");
+        let ix = PrefixIndex::new(
+            0,
+            BlockHasher {
+                block_tokens: 16,
+                max_blocks: 256,
+            },
+            100,
+        )
+        .with_auto_tune(true, 4096);
+        ix.record(&a, &[1, 2, 3]);
+        assert!(!ix.adopt_block_size(16), "same size: no change");
+        assert!(!ix.adopt_block_size(0));
+        assert_eq!(ix.blocks_held("a"), 3);
+        assert!(ix.adopt_block_size(32));
+        assert_eq!(ix.blocks_held("a"), 0);
+        assert_eq!(ix.match_length(&[1, 2, 3], &a), 0);
+        assert_eq!(
+            ix.hasher(),
+            BlockHasher {
+                block_tokens: 32,
+                max_blocks: 128
+            }
+        );
+        assert_eq!(ix.stats().blocks, 0);
     }
 
     #[test]
