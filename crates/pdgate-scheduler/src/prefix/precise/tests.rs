@@ -237,7 +237,12 @@ fn all_blocks_cleared_and_clear_endpoint_drop_credit() {
     assert_eq!(matched(&ix, &b, &t), 0);
     assert_eq!(ix.stats().blocks, 0);
     // A child of a cleared block is an orphan.
-    let out = ix.apply_for_model(&a, Some("m"), &batch(3, vec![stored(32, &t, 9, Some(1))]), 0);
+    let out = ix.apply_for_model(
+        &a,
+        Some("m"),
+        &batch(3, vec![stored(32, &t, 9, Some(1))]),
+        0,
+    );
     assert_eq!(out.orphans, 2);
 }
 
@@ -262,7 +267,11 @@ fn speculative_credit_expires_unless_confirmed() {
     let h = canonical("m", &t);
     ix.speculate(&a, &h, 1_000);
     assert_eq!(ix.match_length_at(&h, &a, 2_999), 4);
-    assert_eq!(ix.match_length_at(&h, &a, 3_000), 0, "expired at 1000 + 2000");
+    assert_eq!(
+        ix.match_length_at(&h, &a, 3_000),
+        0,
+        "expired at 1000 + 2000"
+    );
     ix.expire(3_000);
     let c = ix.counts();
     assert_eq!((c.speculative_added, c.speculative_expired), (4, 4));
@@ -317,7 +326,13 @@ fn dump_lists_endpoints_with_what_they_hold() {
     assert_eq!(d.endpoints.len(), 1);
     let e = &d.endpoints[0];
     assert_eq!(
-        (e.name.as_str(), e.blocks_held, e.engine_blocks, e.engine_block_size, e.last_seq),
+        (
+            e.name.as_str(),
+            e.blocks_held,
+            e.engine_blocks,
+            e.engine_block_size,
+            e.last_seq
+        ),
         ("a", 4, 2, Some(32), Some(7))
     );
     assert_eq!(e.sample.len(), 2);
