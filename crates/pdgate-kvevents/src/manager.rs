@@ -1,0 +1,1 @@
+//! Subscription manager (in progress).

@@ -1,0 +1,1 @@
+//! Subscriber (in progress).
