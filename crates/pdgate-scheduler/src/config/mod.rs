@@ -2,7 +2,8 @@
 //! construction, profile resolution and the effective config.
 //!
 //! Defaults injected as llm-d does: a plugin's `name` defaults to its `type`; a config using
-//! `prefix-cache-scorer` or `prefix-based-pd-decider` without an `approx-prefix-cache-producer`
+//! `prefix-cache-scorer`, `prefix-based-pd-decider` (or pdgate's `kv-cost-scorer`) without an
+//! `approx-prefix-cache-producer`
 //! gets one with default parameters; no profiles → one `default` profile referencing every
 //! filter, scorer and picker; a profile without a picker gets `max-score-picker`; one profile
 //! and no handler → `single-profile-handler`; a ref's `weight` defaults to 1.
@@ -81,6 +82,14 @@ impl Hooks {
     }
 }
 
+/// Plugin types that read a prefix producer: a config using one without any
+/// `approx-prefix-cache-producer` gets one with default parameters (llm-d's injection).
+const PRODUCER_CONSUMERS: &[&str] = &[
+    "prefix-cache-scorer",
+    "prefix-based-pd-decider",
+    "kv-cost-scorer",
+];
+
 /// Loads `yaml`; `source` names the file in errors; `extra` are plugin types registered
 /// by the embedding program, looked up before the built-in ones.
 ///
@@ -132,9 +141,10 @@ pub fn load_all(
             ld.declare(name, p.plugin_type, p.parameters, items.get(i).cloned());
         }
     }
-    let needs_producer = ld.decls.iter().any(|d| {
-        d.plugin_type == "prefix-cache-scorer" || d.plugin_type == "prefix-based-pd-decider"
-    });
+    let needs_producer = ld
+        .decls
+        .iter()
+        .any(|d| PRODUCER_CONSUMERS.contains(&d.plugin_type.as_str()));
     let producer = crate::plugins::approx_prefix_cache_producer::TYPE.name;
     if needs_producer
         && !ld.decls.iter().any(|d| d.plugin_type == producer)
