@@ -15,20 +15,25 @@
 # prompt_tokens), TTFT p50/p90/p99 (ms), max/fair share of requests per endpoint (1.00 =
 # perfectly even); with REPEATS > 1 each number is the median over the repeats.
 # Usage: load-sweep.sh PDGATE_BINARY
-# Env: WORKERS (4), SIM_SPEEDUP (20), LOADS ("1 2"), WORKLOADS ("chat mooncake"),
-#      POLICIES ("default previous prefix rr"), REPEATS (1), CHAT_LIMIT (288),
-#      CHAT_BASE (20: bench --speedup at 1× for chat), MOONCAKE_LIMIT (300),
-#      MOONCAKE_BASE (40), NUM_GPU_BLOCKS (4096), MAX_OUT (64: max output tokens), W (work dir).
+# Env: WORKERS (4), LOADS ("1 2"), WORKLOADS ("chat mooncake"),
+#      POLICIES ("default previous prefix rr"), REPEATS (1), MAX_OUT (64: max output tokens),
+#      per workload: chat — CHAT_LIMIT (288 requests), CHAT_BASE (40: bench --speedup at 1×),
+#      CHAT_SIM_SPEEDUP (5), CHAT_BLOCKS (1024 KV blocks per worker: the histories compete);
+#      mooncake — MOONCAKE_LIMIT (500), MOONCAKE_BASE (20), MOONCAKE_SIM_SPEEDUP (20),
+#      MOONCAKE_BLOCKS (16384: its 14k-token prompts need room); W (work dir).
+# Wall time with the defaults: about 2 min per repeat.
 # Not part of .ci/run: it measures, it does not assert.
 set -eu
 BIN=${1:?usage: load-sweep.sh PDGATE_BINARY}
 HERE=$(cd "$(dirname "$0")/.." && pwd)
-W=${W:-$(mktemp -d)}; WORKERS=${WORKERS:-4}; SIM_SPEEDUP=${SIM_SPEEDUP:-20}
+W=${W:-$(mktemp -d)}; WORKERS=${WORKERS:-4}
 LOADS=${LOADS:-"1 2"}; WORKLOADS=${WORKLOADS:-"chat mooncake"}
 POLICIES=${POLICIES:-"default previous prefix rr"}; REPEATS=${REPEATS:-1}
-CHAT_LIMIT=${CHAT_LIMIT:-288}; CHAT_BASE=${CHAT_BASE:-20}
-MOONCAKE_LIMIT=${MOONCAKE_LIMIT:-300}; MOONCAKE_BASE=${MOONCAKE_BASE:-40}
-NUM_GPU_BLOCKS=${NUM_GPU_BLOCKS:-4096}; MAX_OUT=${MAX_OUT:-64}
+CHAT_LIMIT=${CHAT_LIMIT:-288}; CHAT_BASE=${CHAT_BASE:-40}
+CHAT_SIM_SPEEDUP=${CHAT_SIM_SPEEDUP:-5}; CHAT_BLOCKS=${CHAT_BLOCKS:-1024}
+MOONCAKE_LIMIT=${MOONCAKE_LIMIT:-500}; MOONCAKE_BASE=${MOONCAKE_BASE:-20}
+MOONCAKE_SIM_SPEEDUP=${MOONCAKE_SIM_SPEEDUP:-20}; MOONCAKE_BLOCKS=${MOONCAKE_BLOCKS:-16384}
+MAX_OUT=${MAX_OUT:-64}
 TRACE=$HERE/../shared/traces/mooncake_conversation.jsonl
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; }
@@ -83,8 +88,12 @@ config_of() { # a policy NAME with a file $W/NAME.yaml uses it (to try variants)
 
 run_one() { # workload load policy repeat → $W/<workload>-<load>-<policy>-<repeat>.json
   local wl=$1 load=$2 pol=$3 rep=$4 out="$W/$1-$2-$3-$4"
-  local sp=$(( SIM_SPEEDUP )) pd cfg=() src=()
-  "$BIN" sim --port 0 --workers "$WORKERS" --speedup "$sp" --num-gpu-blocks "$NUM_GPU_BLOCKS" \
+  local sp blocks pd cfg=() src=()
+  case $wl in
+    chat) sp=$CHAT_SIM_SPEEDUP; blocks=$CHAT_BLOCKS ;;
+    *) sp=$MOONCAKE_SIM_SPEEDUP; blocks=$MOONCAKE_BLOCKS ;;
+  esac
+  "$BIN" sim --port 0 --workers "$WORKERS" --speedup "$sp" --num-gpu-blocks "$blocks" \
     >"$out.sim.log" 2>&1 & local simpid=$!; pids+=($simpid)
   for _ in $(seq 1 100); do [ "$(grep -c 'listening on' "$out.sim.log" 2>/dev/null)" -ge "$WORKERS" ] && break; sleep 0.1; done
   local eps=() a
