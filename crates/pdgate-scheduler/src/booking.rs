@@ -1,11 +1,13 @@
 //! [`Booking`]: the RAII guard of one phase's pick.
 //!
-//! A booking holds the endpoint's in-flight count (+1 at pick time, −1 on drop) and, when
+//! A booking holds the endpoint's in-flight count (+1 at pick time, −1 on drop), the
+//! request's prompt tokens on it (a [`TokenGuard`]: still to prefill until
+//! [`Booking::prefill_done`], active until drop; booked by the scheduler) and, when
 //! the config has `RequestAbandoned` plugins, fires them on drop unless the phase was marked
 //! [`Booking::complete`]. Tie it to the response body: end of stream completes it; client
 //! disconnect, upstream error and non-2xx answers drop it uncompleted.
 
-use crate::endpoint::{EndpointState, InFlightGuard};
+use crate::endpoint::{EndpointState, InFlightGuard, TokenGuard};
 use crate::plugin::{AbandonedCtx, RequestAbandoned};
 use crate::request::RequestState;
 use std::fmt;
@@ -14,6 +16,7 @@ use std::sync::Arc;
 /// The booking of one pick (see the module docs).
 pub struct Booking {
     _in_flight: InFlightGuard,
+    tokens: Option<TokenGuard>,
     endpoint: Arc<EndpointState>,
     state: Arc<RequestState>,
     /// Hooks to fire on an uncompleted drop; empty when completed or none configured.
@@ -30,10 +33,27 @@ impl Booking {
     ) -> Self {
         Booking {
             _in_flight: InFlightGuard::book(&endpoint.load),
+            tokens: None,
             endpoint: endpoint.clone(),
             state,
             abandon,
             completed: false,
+        }
+    }
+
+    /// Books the request's tokens on the endpoint (replacing an earlier token booking):
+    /// `prefill` prompt tokens still to prefill there, `active` tokens it holds there.
+    pub(crate) fn book_tokens(&mut self, prefill: usize, active: usize) {
+        self.tokens = None;
+        let load = &self.endpoint.load;
+        self.tokens = Some(TokenGuard::book(load, prefill as u64, active as u64));
+    }
+
+    /// The phase's first token came (the engine is past its prefill): releases the
+    /// pending-prefill part of the token booking now. Idempotent; the rest is released on drop.
+    pub fn prefill_done(&mut self) {
+        if let Some(t) = &mut self.tokens {
+            t.prefill_done();
         }
     }
 

@@ -3,7 +3,8 @@
 //! A [`Snapshot`] is built by discovery outside the pick path and swapped in whole; the pick
 //! path only reads it. Per-endpoint load ([`EndpointLoad`]) lives behind an `Arc` that survives
 //! snapshot rebuilds (discovery carries it over by endpoint name), and is updated in place by
-//! the metrics scraper (engine gauges) and by [`InFlightGuard`] (router bookings).
+//! the metrics scraper (engine gauges) and by [`InFlightGuard`] and [`TokenGuard`] (router
+//! bookings: requests, and their prompt tokens).
 
 use arc_swap::ArcSwapOption;
 use pdgate_api::{labels, Role};
@@ -79,6 +80,10 @@ pub struct EndpointLoad {
     /// The engine's model objects, verbatim; `None` until known.
     model_cards: ArcSwapOption<Vec<serde_json::Value>>,
     in_flight: AtomicU32,
+    /// Prompt tokens this router booked here that are still to prefill (see [`TokenGuard`]).
+    pending_prefill_tokens: AtomicU64,
+    /// Tokens of the requests this router booked here and has not released.
+    active_tokens: AtomicU64,
     running: AtomicU64,
     waiting: AtomicU64,
     kv_usage: AtomicU64,
@@ -99,6 +104,8 @@ impl Default for EndpointLoad {
             model_key: AtomicU64::new(ModelKey::UNKNOWN.0),
             model_cards: ArcSwapOption::empty(),
             in_flight: AtomicU32::new(0),
+            pending_prefill_tokens: AtomicU64::new(0),
+            active_tokens: AtomicU64::new(0),
             running: AtomicU64::new(f64::NAN.to_bits()),
             waiting: AtomicU64::new(f64::NAN.to_bits()),
             kv_usage: AtomicU64::new(f64::NAN.to_bits()),
@@ -125,6 +132,16 @@ impl EndpointLoad {
     /// Requests this router has booked on the endpoint and not yet released.
     pub fn in_flight(&self) -> u32 {
         self.in_flight.load(Ordering::Relaxed)
+    }
+    /// Prompt tokens still to prefill of the requests this router booked here (tokens; each
+    /// request's prompt less its prefix-index match, released at its first token or end).
+    pub fn pending_prefill_tokens(&self) -> u64 {
+        self.pending_prefill_tokens.load(Ordering::Relaxed)
+    }
+    /// Tokens held by the requests this router booked here and has not released (tokens;
+    /// each request's prompt, released at its end): the active decode load.
+    pub fn active_tokens(&self) -> u64 {
+        self.active_tokens.load(Ordering::Relaxed)
     }
     /// `vllm:num_requests_running`, if known.
     pub fn running(&self) -> Option<f64> {
@@ -310,6 +327,49 @@ impl Drop for InFlightGuard {
     }
 }
 
+/// A token booking of one request on one endpoint: `prefill` tokens added to its
+/// [`EndpointLoad::pending_prefill_tokens`] and `active` tokens to its
+/// [`EndpointLoad::active_tokens`] at pick time, taken off when dropped — the prefill part
+/// earlier, at [`Self::prefill_done`]. Like [`InFlightGuard`], tie it to the response body.
+#[derive(Debug)]
+pub struct TokenGuard {
+    load: Arc<EndpointLoad>,
+    prefill: u64,
+    active: u64,
+}
+
+impl TokenGuard {
+    /// Books `prefill` tokens still to prefill and `active` tokens held on `load`.
+    pub fn book(load: &Arc<EndpointLoad>, prefill: u64, active: u64) -> Self {
+        load.pending_prefill_tokens
+            .fetch_add(prefill, Ordering::Relaxed);
+        load.active_tokens.fetch_add(active, Ordering::Relaxed);
+        TokenGuard {
+            load: load.clone(),
+            prefill,
+            active,
+        }
+    }
+
+    /// The engine is past this request's prefill (its first token came): its prefill part is
+    /// released now; the active part stays until drop. Idempotent.
+    pub fn prefill_done(&mut self) {
+        let p = std::mem::take(&mut self.prefill);
+        self.load
+            .pending_prefill_tokens
+            .fetch_sub(p, Ordering::Relaxed);
+    }
+}
+
+impl Drop for TokenGuard {
+    fn drop(&mut self) {
+        self.prefill_done();
+        self.load
+            .active_tokens
+            .fetch_sub(self.active, Ordering::Relaxed);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -335,6 +395,33 @@ mod tests {
         assert_eq!(load.model_cards().unwrap()[0]["max_model_len"], 4096);
         drop((g1, g2));
         assert_eq!(load.in_flight(), 0);
+    }
+
+    #[test]
+    fn token_guard_books_moves_prefill_and_releases() {
+        let load = Arc::new(EndpointLoad::default());
+        let mut a = TokenGuard::book(&load, 300, 1000);
+        let b = TokenGuard::book(&load, 50, 60);
+        assert_eq!(
+            (load.pending_prefill_tokens(), load.active_tokens()),
+            (350, 1060)
+        );
+        a.prefill_done();
+        a.prefill_done();
+        assert_eq!(
+            (load.pending_prefill_tokens(), load.active_tokens()),
+            (50, 1060)
+        );
+        drop(a);
+        assert_eq!(
+            (load.pending_prefill_tokens(), load.active_tokens()),
+            (50, 60)
+        );
+        drop(b);
+        assert_eq!(
+            (load.pending_prefill_tokens(), load.active_tokens()),
+            (0, 0)
+        );
     }
 
     #[test]

@@ -27,7 +27,9 @@ pub mod request;
 mod scheduler;
 
 pub use booking::Booking;
-pub use endpoint::{monotonic_ms, Endpoint, EndpointLoad, EndpointState, InFlightGuard, Snapshot};
+pub use endpoint::{
+    monotonic_ms, Endpoint, EndpointLoad, EndpointState, InFlightGuard, Snapshot, TokenGuard,
+};
 pub use error::{ConfigError, Rejection};
 pub use pins::{check_ranks, pin_for, resolve, validate, Pin, PinError, Resolved};
 pub use plugin::Decision;
@@ -40,9 +42,11 @@ pub use scheduler::{KvEventIndex, Scheduler};
 /// The built-in P/D configuration used when `serve` has no `--config`.
 ///
 /// Like llm-d's `pd-epp-config.yaml` (prefill and decode profiles, `disagg-profile-handler`
-/// with `prefix-based-pd-decider` `nonCachedTokens: 16`), with load in the score so that a
-/// prefix shared by every request does not pile traffic on one endpoint: weights follow llm-d's
-/// optimized baseline (prefix 3, queue 2, kv-cache 2). A fleet without prefill endpoints runs
+/// with `prefix-based-pd-decider` `nonCachedTokens: 16`), with one scorer in both profiles:
+/// `kv-cost-scorer` (Dynamo's KV-router cost in tokens: the prompt's uncached part and the
+/// endpoint's pending prefill, plus its active tokens), so that a prefix shared by every
+/// request draws traffic only while its endpoint's queue costs less than the prefill it
+/// saves (issue 12, measured by `tools/load-sweep.sh`). A fleet without prefill endpoints runs
 /// every request aggregated on the decode pick.
 pub const DEFAULT_CONFIG_YAML: &str = include_str!("../configs/default-pd.yaml");
 

@@ -173,6 +173,7 @@ pub static PLUGIN_TYPES: &[PluginType] = &[
     plugins::prefix_cache_scorer::TYPE,
     plugins::queue_scorer::TYPE,
     plugins::kv_cache_utilization_scorer::TYPE,
+    plugins::kv_cost_scorer::TYPE,
     plugins::load_aware_scorer::TYPE,
     plugins::active_request_scorer::TYPE,
     plugins::running_requests_size_scorer::TYPE,

@@ -89,8 +89,9 @@ impl Scheduler {
     /// else `Aggregated`. Otherwise — or always, when the handler selects by header
     /// (`header-profile-handler`) — the profile handler decides. A conditional-decode probe
     /// (`req.conditional`) is served by its decode pick only when the handler's decider keeps
-    /// it there. Every pick is booked (in-flight +1) at pick time; PreRequest hooks then see
-    /// the result.
+    /// it there. Every pick is booked (in-flight +1, and its prompt tokens: those not cached on
+    /// it still to prefill, except on a `Decode` pick, and all of them active) at pick time;
+    /// PreRequest hooks then see the result.
     ///
     /// Errors ([`Rejected`]): [`Rejection::NoEndpoints`], [`Rejection::NoEndpointForModel`],
     /// [`Rejection::Screened`] (503); [`Rejection::Saturated`] (429);
@@ -187,15 +188,23 @@ impl Scheduler {
         for (_, index) in &self.indexes {
             ctx.block_hashes(index);
         }
-        if let Some((_, index)) = self.indexes.first() {
-            let prompt = ctx.prompt_tokens();
-            let cached = |p: &mut Pick| {
+        // Cached tokens per pick (first producer), then the token booking the cost scorer
+        // reads: a decode leg's prompt was prefilled elsewhere (its KV comes by transfer).
+        let prompt = ctx.prompt_tokens();
+        let index = self.indexes.first().map(|(_, ix)| ix);
+        let book = |p: &mut Pick| {
+            if let Some(index) = index {
                 p.cached_tokens =
                     (ctx.prefix_match(index, &p.endpoint) * index.block_tokens()).min(prompt);
+            }
+            let prefill = match p.phase {
+                Phase::Decode => 0,
+                _ => prompt - p.cached_tokens,
             };
-            cached(&mut result.decode);
-            result.prefill.as_mut().map(cached);
-        }
+            p.guard.book_tokens(prefill, prompt);
+        };
+        book(&mut result.decode);
+        result.prefill.as_mut().map(book);
         for hook in &self.hooks.pre_requests {
             hook.pre_request(ctx, &result);
         }

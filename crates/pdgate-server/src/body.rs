@@ -5,7 +5,8 @@
 //! connection goes) drops the [`Booking`]s it holds, so in-flight counts fall in every case,
 //! and drops the upstream leg, so the engine sees the abort. The bookings are marked complete
 //! only when the upstream body ended cleanly, so an abandoned stream fires the scheduler's
-//! `RequestAbandoned` hooks.
+//! `RequestAbandoned` hooks. The first body chunk from upstream (a streamed response's first
+//! token) releases the bookings' pending-prefill tokens ([`Booking::prefill_done`]).
 //!
 //! After streaming began (design.md §5.5, failure rule rows `Stream*`), an SSE stream that
 //! stalls past its idle timeout, hits its total cap or breaks ends with a
@@ -47,6 +48,9 @@ pub struct ResponseBody {
     finished: bool,
     report: Option<StreamReport>,
     bookings: Vec<Booking>,
+    /// A body chunk came from upstream: the engine is past the prefill (the bookings' pending
+    /// prefill tokens were released).
+    first_chunk_seen: bool,
     /// SSE: the next byte starts a line.
     line_start: bool,
     /// SSE: the bare JSON line being collected (from its `{`).
@@ -76,6 +80,7 @@ impl ResponseBody {
             finished: false,
             report,
             bookings,
+            first_chunk_seen: false,
             line_start: true,
             bare_line: None,
             bare_done: false,
@@ -271,6 +276,10 @@ impl Body for ResponseBody {
                     Poll::Ready(None)
                 }
                 Poll::Ready(Some(Ok(frame))) => {
+                    if !self.first_chunk_seen {
+                        self.first_chunk_seen = true;
+                        self.bookings.iter_mut().for_each(Booking::prefill_done);
+                    }
                     let frame = match frame.into_data() {
                         Ok(data) if self.sse => {
                             let pass = self.scan(data);

@@ -1,7 +1,8 @@
 //! Equal-score bursts spread (issue 3 item 5): 64 simultaneous identical requests over 8
 //! equally good decode endpoints, through the real router with the built-in default config
-//! (prefix 3 · queue 2 · kv-cache 2). llm-d piles such a burst onto one endpoint: in-flight
-//! counted too late, the prefix recorded at pick time, ties shuffled without regard to load.
+//! (kv-cost-scorer: prefix and booked tokens in one cost). llm-d piles such a burst onto one
+//! endpoint: in-flight counted too late, the prefix recorded at pick time, ties shuffled
+//! without regard to load.
 
 use futures_util::future::join_all;
 use pdgate_scenario::fleet::{self, FleetSpec};

@@ -2,9 +2,9 @@
 //! construction, profile resolution and the effective config.
 //!
 //! Defaults injected as llm-d does: a plugin's `name` defaults to its `type`; a config using
-//! `prefix-cache-scorer` or `prefix-based-pd-decider` without naming a producer
-//! (`prefixMatchInfoProducerName`) and without an `approx-prefix-cache-producer` gets one with
-//! default parameters; no profiles → one `default` profile referencing every
+//! `prefix-cache-scorer`, `prefix-based-pd-decider` or pdgate's `kv-cost-scorer` without naming a
+//! producer (`prefixMatchInfoProducerName`) and without an `approx-prefix-cache-producer` gets
+//! one with default parameters; no profiles → one `default` profile referencing every
 //! filter, scorer and picker; a profile without a picker gets `max-score-picker`; one profile
 //! and no handler → `single-profile-handler`; a ref's `weight` defaults to 1.
 //!
@@ -82,6 +82,14 @@ impl Hooks {
     }
 }
 
+/// Plugin types that read a prefix producer: a config using one without any
+/// `approx-prefix-cache-producer` gets one with default parameters (llm-d's injection).
+const PRODUCER_CONSUMERS: &[&str] = &[
+    "prefix-cache-scorer",
+    "prefix-based-pd-decider",
+    "kv-cost-scorer",
+];
+
 /// Loads `yaml`; `source` names the file in errors; `extra` are plugin types registered
 /// by the embedding program, looked up before the built-in ones.
 ///
@@ -135,8 +143,7 @@ pub fn load_all(
     }
     // Only consumers that name no producer read the injected approximate one.
     let needs_producer = ld.decls.iter().any(|d| {
-        (d.plugin_type == "prefix-cache-scorer" || d.plugin_type == "prefix-based-pd-decider")
-            && !names_producer(d.params.as_ref())
+        PRODUCER_CONSUMERS.contains(&d.plugin_type.as_str()) && !names_producer(d.params.as_ref())
     });
     let producer = crate::plugins::approx_prefix_cache_producer::TYPE.name;
     if needs_producer

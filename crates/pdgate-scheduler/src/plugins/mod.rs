@@ -9,6 +9,7 @@ pub mod disagg_profile_handler;
 pub mod encode_filter;
 pub mod header_profile_handler;
 pub mod kv_cache_utilization_scorer;
+pub mod kv_cost_scorer;
 pub mod label_selector_filter;
 pub mod load_aware_scorer;
 pub mod max_score_picker;
