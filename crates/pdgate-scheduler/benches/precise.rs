@@ -40,7 +40,7 @@ fn event(h: u64) -> KvEvent {
     let base = h as u32;
     KvEvent::BlockStored(BlockStored {
         block_hashes: vec![h],
-        parent_block_hash: (h % 64 != 0).then(|| h - 1),
+        parent_block_hash: (!h.is_multiple_of(64)).then(|| h - 1),
         token_ids: (0..32)
             .map(|t| base.wrapping_mul(2654435761).wrapping_add(t))
             .collect(),

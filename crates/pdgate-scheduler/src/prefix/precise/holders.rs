@@ -5,6 +5,7 @@
 
 use crate::prefix::BuildPassThrough;
 use parking_lot::RwLock;
+use smallvec::SmallVec;
 use std::collections::HashMap;
 
 /// Number of shards (a power of two).
@@ -13,8 +14,9 @@ const SHARDS: usize = 16;
 /// Who holds one canonical block.
 #[derive(Debug, Default)]
 pub(super) struct Holders {
-    /// Bit `id` set: endpoint `id`'s engine reported the block (confirmed).
-    bits: Vec<u64>,
+    /// Bit `id` set: endpoint `id`'s engine reported the block (confirmed). Inline for
+    /// ids below 64 (no allocation per block in small fleets).
+    bits: SmallVec<[u64; 1]>,
     /// Speculative credits: endpoint id, credited until this time (ms, caller's clock).
     spec: Vec<(u32, u64)>,
 }
@@ -128,7 +130,14 @@ impl Shards {
             bytes += s.capacity() * slot;
             bytes += s
                 .values()
-                .map(|h| h.bits.capacity() * 8 + h.spec.capacity() * size_of::<(u32, u64)>())
+                .map(|h| {
+                    let words = if h.bits.spilled() {
+                        h.bits.capacity()
+                    } else {
+                        0
+                    };
+                    words * 8 + h.spec.capacity() * size_of::<(u32, u64)>()
+                })
                 .sum::<usize>();
         }
         (blocks, bytes)
