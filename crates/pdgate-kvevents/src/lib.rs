@@ -14,6 +14,7 @@
 //! Source of the wire contract: vLLM `vllm/distributed/kv_events.py` and the capture in
 //! `shared/fixtures/vllm-0.32-cpu/kv-events.raw.jsonl`.
 
+mod log_limit;
 pub mod manager;
 pub mod metrics;
 pub mod publisher;
@@ -22,10 +23,12 @@ pub mod sink;
 pub mod subscriber;
 pub mod wire;
 
+pub use manager::{Subscription, SubscriptionManager};
 pub use metrics::{KvEventMetrics, KvEventMetricsSnapshot};
 pub use pdgate_api::kv_events::{BlockRemoved, BlockStored, EngineHash, EventBatch, KvEvent};
 pub use publisher::{Publisher, PublisherError};
 pub use seq::{SeqTracker, SeqVerdict};
 pub use sink::{ClearReason, KvEventSink};
+pub use subscriber::{SubscriberConfig, SubscriberHandle};
 
 pub use wire::{decode, encode, Encoding, WireError};

@@ -58,3 +58,15 @@ kv_event_metrics! {
     /// `clear` calls made on the sink (restart, gap, unsubscribed).
     pdgate_kv_events_clears_total,
 }
+
+impl KvEventMetrics {
+    /// `counter += 1`.
+    pub(crate) fn inc(counter: &AtomicU64) {
+        counter.fetch_add(1, Relaxed);
+    }
+
+    /// `counter += n`.
+    pub(crate) fn add(counter: &AtomicU64, n: u64) {
+        counter.fetch_add(n, Relaxed);
+    }
+}

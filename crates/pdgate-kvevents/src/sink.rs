@@ -23,17 +23,20 @@ pub enum ClearReason {
     /// Messages were missed (a seq gap, or batches dropped from a full queue) and could not
     /// be replayed.
     Gap,
+    /// The connection to the publisher dropped: the engine may be gone or restarting.
+    Disconnected,
     /// The endpoint left discovery (or its publish address changed).
     Unsubscribed,
 }
 
 impl ClearReason {
     /// A stable lower-case name for logs and metric labels (`restart`, `gap`,
-    /// `unsubscribed`).
+    /// `disconnected`, `unsubscribed`).
     pub fn as_str(self) -> &'static str {
         match self {
             ClearReason::Restart => "restart",
             ClearReason::Gap => "gap",
+            ClearReason::Disconnected => "disconnected",
             ClearReason::Unsubscribed => "unsubscribed",
         }
     }

@@ -1,1 +1,0 @@
-//! Subscriber (in progress).
