@@ -529,7 +529,7 @@ async fn real_vllm_kv_events_drive_precise_prefix_routing() {
 
     // The old holder takes the prompt again (pinned); then the other engine restarts empty
     // on the same address: only the old holder is credited.
-    assert_eq!(once(url, &prompt, Some(&holder)).await, (holder.clone(), 0));
+    assert_eq!(once(url, &prompt, Some(&holder)).await.0, holder);
     fleet.servers[other].restart().await;
     tokio::time::sleep(EVENTS_SETTLE).await;
     for _ in 0..4 {
