@@ -6,7 +6,8 @@
 //! bodies ([`body`]) and a bounded [`wait_until`]. Everything listens on 127.0.0.1, port 0.
 //!
 //! [`vllm`] adds a fake vLLM engine with a configurable `/metrics` and `/v1/models`;
-//! [`rollout`] runs the revision rollout and asserts every check.
+//! [`rollout`] runs the revision rollout and asserts every check; [`real_vllm`] installs and
+//! runs a real vLLM (the CPU build) with a tiny model.
 //!
 //! Not every test file uses every helper, hence the module-wide `dead_code` allowance.
 #![allow(dead_code)]
@@ -15,6 +16,7 @@ pub mod envoy;
 pub mod flow;
 pub mod kube;
 pub mod process;
+pub mod real_vllm;
 pub mod rollout;
 pub mod vllm;
 
