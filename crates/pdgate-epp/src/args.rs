@@ -167,9 +167,13 @@ async fn serve_metrics(epp: Arc<Epp>, listener: tokio::net::TcpListener) -> std:
             async move {
                 epp.metrics
                     .refresh(&epp.scheduler, &epp.registry.snapshot());
+                let mut text = epp.metrics.render();
+                if let Some(feed) = &epp.kv_feed {
+                    feed.render_metrics(&mut text);
+                }
                 (
                     [(http::header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-                    epp.metrics.render(),
+                    text,
                 )
             }
         }),

@@ -108,6 +108,8 @@ pub struct Epp {
     pub counters: EppCounters,
     /// Request body limit, bytes.
     pub max_body_bytes: usize,
+    /// Engines' KV events feeding the precise prefix indexes (serve's feed); `None` without one.
+    pub kv_feed: Option<Arc<pdgate_server::kv_feed::KvFeed>>,
     draining: AtomicBool,
 }
 
@@ -148,7 +150,9 @@ impl Epp {
             settings,
             Arc::new(effects),
         ));
+        let kv_feed = pdgate_server::kv_feed::KvFeed::start(&registry, &opts.scheduler);
         let epp = Arc::new(Epp {
+            kv_feed,
             scheduler: opts.scheduler,
             registry,
             sessions: Arc::default(),

@@ -154,6 +154,8 @@ pub struct AppState {
     pub objectives: crate::flow_control::Objectives,
     /// Admission before scheduling ([`crate::flow_control`]), shared by every server thread.
     pub flow: Arc<crate::flow_control::FlowController>,
+    /// Engines' KV events feeding the precise prefix indexes; `None` without one.
+    pub kv_feed: Option<Arc<crate::kv_feed::KvFeed>>,
 }
 
 /// A running server; stops its tasks when dropped.
@@ -191,6 +193,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/health", get(health))
         .route("/live", get(|| async { "ok" }))
         .route("/metrics", get(metrics))
+        .route("/debug/kv-index", get(kv_index_dump))
         .fallback(no_route)
         .method_not_allowed_fallback(method_not_allowed)
         .with_state(state)
@@ -304,11 +307,34 @@ async fn metrics(State(s): State<Arc<AppState>>) -> Response {
     s.metrics
         .inflight_body_bytes
         .set(s.body_budget.used() as i64);
+    let mut text = s.metrics.render();
+    if let Some(feed) = &s.kv_feed {
+        feed.render_metrics(&mut text);
+    }
     (
         [(http::header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-        s.metrics.render(),
+        text,
     )
         .into_response()
+}
+
+/// `GET /debug/kv-index?sample=N`: the precise prefix indexes as JSON (settings, totals,
+/// per-endpoint blocks with up to N sample hashes, default 8); 404 (unknown path) without a
+/// precise index.
+async fn kv_index_dump(
+    State(s): State<Arc<AppState>>,
+    axum::extract::Query(q): axum::extract::Query<std::collections::HashMap<String, String>>,
+) -> Response {
+    let sample = q.get("sample").and_then(|v| v.parse().ok()).unwrap_or(8);
+    match &s.kv_feed {
+        Some(feed) => axum::Json(feed.dump(sample)).into_response(),
+        // No precise index: the path is not served, as any unknown path.
+        None => crate::errors::ApiError::NoRoute {
+            method: "GET".into(),
+            path: "/debug/kv-index".into(),
+        }
+        .into_response(),
+    }
 }
 
 /// Starts discovery and engine scraping and returns the shared router state (not serving
@@ -354,7 +380,9 @@ pub async fn start_state(
         .detector
         .set_scrape_interval(opts.scrape_interval);
     tasks.push(tokio::spawn(flow.clone().run()));
+    let kv_feed = crate::kv_feed::KvFeed::start(&registry, &opts.scheduler);
     let state = Arc::new(AppState {
+        kv_feed,
         scheduler: opts.scheduler,
         registry,
         upstream,
@@ -425,6 +453,7 @@ impl AppState {
             trust: self.trust.clone(),
             objectives: self.objectives.clone(),
             flow: self.flow.clone(),
+            kv_feed: self.kv_feed.clone(),
         }
     }
 }

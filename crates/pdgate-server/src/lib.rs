@@ -21,6 +21,7 @@ pub mod flow_key;
 pub mod flow_metrics;
 pub mod forward;
 pub mod header_scan;
+pub mod kv_feed;
 pub mod leg_body;
 pub mod leg_send;
 pub mod listener;

@@ -187,7 +187,10 @@ mod tests {
         assert_eq!(s.cost(100, c(160, 0, 0)), 100.0);
         let w2 = KvCostScorer::new(PrefixSource::Approx(index()), 2.0);
         assert_eq!(w2.cost(100, c(60, 30, 500)), 2.0 * 70.0 + 600.0);
-        assert_eq!(KvCostScorer::new(PrefixSource::Approx(index()), 0.0).cost(100, c(0, 9, 5)), 105.0);
+        assert_eq!(
+            KvCostScorer::new(PrefixSource::Approx(index()), 0.0).cost(100, c(0, 9, 5)),
+            105.0
+        );
     }
 
     #[test]
