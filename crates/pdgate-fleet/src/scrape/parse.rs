@@ -17,20 +17,13 @@ pub struct EngineGauges {
 
 /// Parses a Prometheus text exposition into [`EngineGauges`].
 ///
-/// Only sample lines are read (`name{labels} value [timestamp]`); comments and unknown names
-/// are skipped, and a malformed line is skipped, not fatal. (The `prometheus-parse` crate
+/// Only sample lines are read (`name{labels} value [timestamp]`, [`series`]); comments and
+/// unknown names are skipped, and a malformed line is skipped, not fatal. (The `prometheus-parse` crate
 /// rejects metric names with colons, which every vLLM metric has, hence this small reader.)
 pub fn parse_engine_metrics(text: &str) -> EngineGauges {
     let mut sums: [(f64, u32); 4] = [(0.0, 0); 4];
     let mut start_time: Option<f64> = None;
-    for line in text.lines() {
-        let line = line.trim_start();
-        if line.is_empty() || line.starts_with('#') {
-            continue;
-        }
-        let Some((name, value)) = sample(line) else {
-            continue;
-        };
+    for (name, _, value) in series(text) {
         let idx = match name {
             "vllm:num_requests_running" => 0,
             "vllm:num_requests_waiting" => 1,
@@ -57,11 +50,42 @@ pub fn parse_engine_metrics(text: &str) -> EngineGauges {
     }
 }
 
-/// Splits one sample line into metric name and value.
-fn sample(line: &str) -> Option<(&str, f64)> {
+/// The sample lines of an exposition as `(metric name, label text, value)`: the label text is
+/// what stands between `{` and `}` (empty without labels), the value the first field after it.
+/// Comments, blank lines and malformed lines are skipped; values are not checked for finiteness.
+pub fn series(text: &str) -> impl Iterator<Item = (&str, &str, f64)> {
+    text.lines().filter_map(|line| {
+        let line = line.trim_start();
+        if line.is_empty() || line.starts_with('#') {
+            return None;
+        }
+        sample(line)
+    })
+}
+
+/// Σ of the finite values of every series of metric `name` (all label sets: vLLM exports one
+/// per `engine` and `model_name`); `None` when the exposition has no such series.
+pub fn sum_series(text: &str, name: &str) -> Option<f64> {
+    series(text)
+        .filter(|(n, _, v)| *n == name && v.is_finite())
+        .map(|(_, _, v)| v)
+        .reduce(|a, b| a + b)
+}
+
+/// The value of label `label` on the first series of metric `name` that carries it, unescaped
+/// (`\\`, `\"`, `\n`), e.g. `block_size` of `vllm:cache_config_info`.
+pub fn series_label(text: &str, name: &str, label: &str) -> Option<String> {
+    series(text)
+        .filter(|(n, _, _)| *n == name)
+        .find_map(|(_, labels, _)| label_value(labels, label))
+}
+
+/// Splits one sample line into metric name, label text and value.
+fn sample(line: &str) -> Option<(&str, &str, f64)> {
     let name_end = line.find(|c: char| c == '{' || c.is_whitespace())?;
     let name = &line[..name_end];
     let mut rest = &line[name_end..];
+    let mut labels = "";
     if rest.starts_with('{') {
         // Skip the label set, honouring quoted values that may contain `}`.
         let mut in_quotes = false;
@@ -79,10 +103,47 @@ fn sample(line: &str) -> Option<(&str, f64)> {
                 _ => {}
             }
         }
-        rest = &rest[close? + 1..];
+        let close = close?;
+        labels = &rest[1..close];
+        rest = &rest[close + 1..];
     }
     let value = rest.split_whitespace().next()?.parse().ok()?;
-    Some((name, value))
+    Some((name, labels, value))
+}
+
+/// The unescaped value of `key` in a label text `k1="v1",k2="v2"`.
+fn label_value(labels: &str, key: &str) -> Option<String> {
+    let mut rest = labels;
+    loop {
+        rest = rest.trim_start_matches([',', ' ']);
+        let eq = rest.find('=')?;
+        let k = rest[..eq].trim();
+        let mut chars = rest[eq + 1..].trim_start().char_indices();
+        let start = eq + 1 + (rest[eq + 1..].len() - rest[eq + 1..].trim_start().len());
+        if chars.next().map(|(_, c)| c) != Some('"') {
+            return None;
+        }
+        let (mut value, mut escaped, mut end) = (String::new(), false, None);
+        for (i, c) in chars {
+            match c {
+                _ if escaped => {
+                    value.push(if c == 'n' { '\n' } else { c });
+                    escaped = false;
+                }
+                '\\' => escaped = true,
+                '"' => {
+                    end = Some(start + i + 1);
+                    break;
+                }
+                _ => value.push(c),
+            }
+        }
+        let end = end?;
+        if k == key {
+            return Some(value);
+        }
+        rest = &rest[end..];
+    }
 }
 
 /// The model objects of an OpenAI `/v1/models` answer (`{"data": [{"id": …, …}]}`), kept
@@ -189,6 +250,45 @@ mod tests {
         assert_eq!(merged.len(), 2);
         assert_eq!(merged[0], serde_json::json!({"id": "lora", "parent": "m"}));
         assert_eq!(merged[1], a[0]);
+    }
+
+    #[test]
+    fn counters_sum_over_label_sets_and_labels_unescape() {
+        let text = "# TYPE vllm:prefix_cache_hits_total counter\n\
+            vllm:prefix_cache_hits_total{engine=\"0\",model_name=\"m\"} 64.0\n\
+            vllm:prefix_cache_hits_total{engine=\"1\",model_name=\"m\"} 32\n\
+            vllm:prefix_cache_hits_created{engine=\"0\",model_name=\"m\"} 1.7e9\n\
+            vllm:prefix_cache_queries_total NaN\n\
+            info{a=\"x,\\\"y\\\"}\", b = \"2\\\\n\",block_size=\"16\"} 1\n";
+        assert_eq!(sum_series(text, "vllm:prefix_cache_hits_total"), Some(96.0));
+        assert_eq!(sum_series(text, "vllm:prefix_cache_queries_total"), None);
+        assert_eq!(sum_series(text, "vllm:absent"), None);
+        assert_eq!(series_label(text, "info", "a").as_deref(), Some("x,\"y\"}"));
+        assert_eq!(series_label(text, "info", "b").as_deref(), Some("2\\n"));
+        assert_eq!(
+            series_label(text, "info", "block_size").as_deref(),
+            Some("16")
+        );
+        assert_eq!(series_label(text, "info", "c"), None);
+        assert_eq!(series(text).count(), 5);
+    }
+
+    #[test]
+    fn real_vllm_exposition_gives_counters_and_cache_config() {
+        let text = fixture("metrics.txt");
+        assert_eq!(
+            sum_series(&text, "vllm:prefix_cache_hits_total"),
+            Some(64.0)
+        );
+        assert_eq!(
+            sum_series(&text, "vllm:prefix_cache_queries_total"),
+            Some(208.0)
+        );
+        let label = |l| series_label(&text, "vllm:cache_config_info", l);
+        assert_eq!(
+            (label("block_size"), label("num_gpu_blocks")),
+            (Some("32".to_string()), Some("16384".to_string()))
+        );
     }
 
     #[test]
