@@ -104,7 +104,7 @@ skip_reason() { # arm
     pdgate-precise)
       [ "$KV_EVENTS" = 1 ] || { echo "pdgate sim has no --kv-events-config (branch sim)"; return; }
       "$BIN" check-config "$(config precise)" >"$W/check-precise.txt" 2>&1 ||
-        { echo "pdgate check-config refuses precise.yaml: $(tail -n 1 "$W/check-precise.txt")"; return; } ;;
+        { echo "pdgate check-config refuses precise.yaml: $(head -n 1 "$W/check-precise.txt")"; return; } ;;
     vllm-router-kv_aware)
       [ "$KV_EVENTS" = 1 ] || { echo "pdgate sim has no --kv-events-config (branch sim)"; return; }
       [ -n "$VLLM_ROUTER" ] || { echo "vllm-router not installed"; return; } ;;

@@ -187,7 +187,11 @@ pub async fn execute(args: &BenchArgs) -> anyhow::Result<Report> {
         before.push(reading.map_err(|e| anyhow::anyhow!("before the run: {e}"))?);
         tracing::debug!(%url, "engine counters read before the run");
     }
-    let ceiling = ceiling_for(args, &work, &before);
+    let geometry = ceiling_geometry(args, &before);
+    let prompts: Vec<Vec<u32>> = match geometry {
+        Some(_) => work.iter().map(sim_prompt_tokens).collect(),
+        None => Vec::new(),
+    };
     if !args.quiet {
         let source = args.trace.as_ref().map_or_else(
             || format!("workload {}", args.workload),
@@ -220,14 +224,22 @@ pub async fn execute(args: &BenchArgs) -> anyhow::Result<Report> {
             .collect();
         report.engine_cache = Some(FleetReuse::from_readings(&readings));
     }
-    report.ceiling = ceiling;
+    // The ceiling covers the prompts the engines ran: a request that failed (a 400 for a prompt
+    // over the engine's limits, a transport error) cached nothing.
+    report.ceiling = geometry.map(|(block_size, capacity)| {
+        let ran: Vec<Vec<u32>> = (report.records.iter().zip(prompts))
+            .filter(|(r, _)| r.ok)
+            .map(|(_, p)| p)
+            .collect();
+        Ceiling::compute(&ran, block_size, capacity)
+    });
     Ok(report)
 }
 
-/// The ceiling of `work` on the geometry from the flags, else from the engines' readings;
-/// `None` (with a note on stderr unless --quiet) when the block size or the capacity is
-/// unknown, or the engines disagree on the block size.
-fn ceiling_for(args: &BenchArgs, work: &[WorkItem], engines: &[CacheCounters]) -> Option<Ceiling> {
+/// The ceiling's `(block size, fleet capacity in blocks)` from the flags, else from the
+/// engines' readings; `None` (with a note on stderr unless --quiet) when either is unknown
+/// or the engines disagree on the block size.
+fn ceiling_geometry(args: &BenchArgs, engines: &[CacheCounters]) -> Option<(usize, usize)> {
     let note = |why: &str| {
         if !args.quiet {
             eprintln!("no cache ceiling: {why}");
@@ -240,10 +252,7 @@ fn ceiling_for(args: &BenchArgs, work: &[WorkItem], engines: &[CacheCounters]) -
     let block_size = (args.ceiling_block_size.map(|b| b as usize)).or(geometry.map(|g| g.0));
     let capacity = (args.ceiling_capacity_blocks.map(|c| c as usize)).or(geometry.map(|g| g.1));
     match (block_size, capacity) {
-        (Some(bs), Some(cap)) => {
-            let prompts: Vec<Vec<u32>> = work.iter().map(sim_prompt_tokens).collect();
-            Some(Ceiling::compute(&prompts, bs, cap))
-        }
+        (Some(bs), Some(cap)) => Some((bs, cap)),
         _ => {
             if !engines.is_empty() {
                 note("the engines export no vllm:cache_config_info geometry; give --ceiling-block-size and --ceiling-capacity-blocks");

@@ -21,8 +21,8 @@ pub const COLUMNS: [&str; 8] = [
     "max/fair",
 ];
 
-/// Column widths (the label column is as wide as needed beyond 22 characters).
-const WIDTHS: [usize; 8] = [22, 12, 12, 11, 11, 25, 12, 8];
+/// Column widths (the label column grows past 24 characters when needed).
+const WIDTHS: [usize; 8] = [24, 12, 12, 11, 11, 25, 12, 8];
 
 /// The table's header line, `\n`-ended.
 pub fn header() -> String {
@@ -157,11 +157,11 @@ mod tests {
         let lines: Vec<&str> = table.lines().collect();
         assert_eq!(
             lines[0],
-            "policy                  engine cache  usage cached  ceiling inf  ceiling LRU  ttft ms p50/p90/p99        errors        max/fair"
+            "policy                    engine cache  usage cached  ceiling inf  ceiling LRU  ttft ms p50/p90/p99        errors        max/fair"
         );
         assert_eq!(
             lines[1],
-            "pdgate-precise          0.100         0.250         0.500        0.125        1.0 / 2.5 / 3.0            1 (10.0%)     1.50"
+            "pdgate-precise            0.100         0.250         0.500        0.125        1.0 / 2.5 / 3.0            1 (10.0%)     1.50"
         );
         assert_eq!(
             lines[2].split_whitespace().collect::<Vec<_>>(),

@@ -53,7 +53,8 @@ pub struct Report {
     /// and absent from the JSON, without it).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub engine_cache: Option<FleetReuse>,
-    /// The offline ceiling of cache reuse for the prompts sent on the fleet's geometry
+    /// The offline ceiling of cache reuse for the prompts of the requests that succeeded, on
+    /// the fleet's geometry
     /// (absent when the block size or capacity is unknown).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ceiling: Option<Ceiling>,
