@@ -1,10 +1,14 @@
 //! `pdgate bench`: command-line flags ([`BenchArgs`]) and [`run`], which loads or generates
 //! the workload, replays it and prints the report.
 
+use crate::ceiling::{sim_prompt_tokens, Ceiling};
 use crate::chat::{chat_workload, ChatWorkloadConfig};
 use crate::client::first_model;
+use crate::engine_cache::{fleet_geometry, CacheCounters, FleetReuse};
+use crate::engine_metrics::{metrics_url, read_all};
 use crate::mooncake::{mooncake_work, MOONCAKE_BLOCK_TOKENS};
 use crate::replay::{replay, ReplayConfig};
+use crate::report::Report;
 use crate::targets::Targets;
 use crate::trace::load_mooncake;
 use crate::work::WorkItem;
@@ -64,6 +68,26 @@ pub struct BenchArgs {
     /// Extra header on every request, `NAME: VALUE` (repeatable).
     #[arg(long = "header", value_name = "NAME: VALUE", value_parser = parse_header)]
     pub headers: Vec<(String, String)>,
+    /// An engine's `/metrics` URL (or base URL; `/metrics` is then added), repeatable or a
+    /// comma list: read before and after the run, the report gives each engine's and the
+    /// fleet's Δ`vllm:prefix_cache_hits_total` / Δ`vllm:prefix_cache_queries_total` (tokens),
+    /// and the ceiling takes the engines' `vllm:cache_config_info` geometry.
+    #[arg(long = "engine-metrics", value_name = "URL", value_delimiter = ',')]
+    pub engine_metrics: Vec<String>,
+    /// Block size of the offline ceiling, tokens [default: the engines' `block_size`].
+    #[arg(long, value_name = "TOKENS", value_parser = clap::value_parser!(u32).range(1..))]
+    pub ceiling_block_size: Option<u32>,
+    /// Capacity of the ceiling's LRU model, blocks, for the whole fleet [default: Σ the
+    /// engines' `num_gpu_blocks`].
+    #[arg(long, value_name = "BLOCKS")]
+    pub ceiling_capacity_blocks: Option<u64>,
+    /// Append this run's routing-quality row (under --label) to FILE, with the header when
+    /// FILE is new or empty.
+    #[arg(long, value_name = "FILE")]
+    pub summary: Option<PathBuf>,
+    /// Name of this run's row in --summary (e.g. the router and policy).
+    #[arg(long, value_name = "NAME", default_value = "run")]
+    pub label: String,
 }
 
 fn parse_speedup(s: &str) -> Result<f64, String> {
@@ -116,17 +140,57 @@ pub fn build_work(args: &BenchArgs) -> anyhow::Result<Vec<WorkItem>> {
     Ok(work)
 }
 
-/// Runs `pdgate bench`: builds the workload, finds the model, replays, prints the table on
-/// stdout and writes `--json` when asked.
+/// Runs `pdgate bench`: [`execute`], then prints the table on stdout, writes `--json` and
+/// appends the `--summary` row when asked.
 ///
-/// Errors: those of [`build_work`], model discovery, [`replay`], or writing the JSON file;
-/// and, after the report is printed, a replay in which no request succeeded.
+/// Errors: those of [`execute`] or of writing the files; and, after the report is printed, a
+/// replay in which no request succeeded.
 pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
-    let work = build_work(&args)?;
+    let report = execute(&args).await?;
+    print!("{}", report.render_table());
+    if let Some(path) = &args.json {
+        let text = serde_json::to_string_pretty(&report)?;
+        std::fs::write(path, text)
+            .map_err(|e| anyhow::anyhow!("writing report {}: {e}", path.display()))?;
+    }
+    if let Some(path) = &args.summary {
+        crate::quality::append_row(path, &args.label, &report)?;
+    }
+    if report.requests > 0 && report.ok == 0 {
+        anyhow::bail!("no request succeeded (errors: {:?})", report.errors);
+    }
+    Ok(())
+}
+
+/// Builds the workload, finds the model, reads the engines' counters (`--engine-metrics`),
+/// computes the ceiling, replays, reads the counters again, and returns the report.
+///
+/// Errors: those of [`build_work`], model discovery, [`replay`]; a bad `--engine-metrics`
+/// URL, or an engine that cannot be read before the run (naming it). An engine that cannot
+/// be read after the run is reported as unreadable, not an error.
+pub async fn execute(args: &BenchArgs) -> anyhow::Result<Report> {
+    let work = build_work(args)?;
     let targets = Targets::new(&args.urls)?;
+    let client = reqwest::Client::new();
     let model = match &args.model {
         Some(m) => m.clone(),
-        None => first_model(&reqwest::Client::new(), targets.for_request(0)).await?,
+        None => first_model(&client, targets.for_request(0)).await?,
+    };
+    let engines = args
+        .engine_metrics
+        .iter()
+        .filter(|u| !u.trim().is_empty())
+        .map(|u| metrics_url(u))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let mut before: Vec<CacheCounters> = Vec::with_capacity(engines.len());
+    for (url, reading) in engines.iter().zip(read_all(&client, &engines).await) {
+        before.push(reading.map_err(|e| anyhow::anyhow!("before the run: {e}"))?);
+        tracing::debug!(%url, "engine counters read before the run");
+    }
+    let geometry = ceiling_geometry(args, &before);
+    let prompts: Vec<Vec<u32>> = match geometry {
+        Some(_) => work.iter().map(sim_prompt_tokens).collect(),
+        None => Vec::new(),
     };
     if !args.quiet {
         let source = args.trace.as_ref().map_or_else(
@@ -149,17 +213,53 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         urls: targets.all().to_vec(),
         ..ReplayConfig::new("", model)
     };
-    let report = replay(&cfg, work).await?;
-    print!("{}", report.render_table());
-    if let Some(path) = &args.json {
-        let text = serde_json::to_string_pretty(&report)?;
-        std::fs::write(path, text)
-            .map_err(|e| anyhow::anyhow!("writing report {}: {e}", path.display()))?;
+    let mut report = replay(&cfg, work).await?;
+    if !engines.is_empty() {
+        let after = read_all(&client, &engines).await;
+        let readings: Vec<_> = engines
+            .into_iter()
+            .zip(before)
+            .zip(after)
+            .map(|((u, b), a)| (u, b, a))
+            .collect();
+        report.engine_cache = Some(FleetReuse::from_readings(&readings));
     }
-    if report.requests > 0 && report.ok == 0 {
-        anyhow::bail!("no request succeeded (errors: {:?})", report.errors);
+    // The ceiling covers the prompts the engines ran: a request that failed (a 400 for a prompt
+    // over the engine's limits, a transport error) cached nothing.
+    report.ceiling = geometry.map(|(block_size, capacity)| {
+        let ran: Vec<Vec<u32>> = (report.records.iter().zip(prompts))
+            .filter(|(r, _)| r.ok)
+            .map(|(_, p)| p)
+            .collect();
+        Ceiling::compute(&ran, block_size, capacity)
+    });
+    Ok(report)
+}
+
+/// The ceiling's `(block size, fleet capacity in blocks)` from the flags, else from the
+/// engines' readings; `None` (with a note on stderr unless --quiet) when either is unknown
+/// or the engines disagree on the block size.
+fn ceiling_geometry(args: &BenchArgs, engines: &[CacheCounters]) -> Option<(usize, usize)> {
+    let note = |why: &str| {
+        if !args.quiet {
+            eprintln!("no cache ceiling: {why}");
+        }
+    };
+    let geometry = fleet_geometry(engines).unwrap_or_else(|e| {
+        note(&e);
+        None
+    });
+    let block_size = (args.ceiling_block_size.map(|b| b as usize)).or(geometry.map(|g| g.0));
+    let capacity = (args.ceiling_capacity_blocks.map(|c| c as usize)).or(geometry.map(|g| g.1));
+    match (block_size, capacity) {
+        (Some(bs), Some(cap)) => Some((bs, cap)),
+        _ => {
+            if !engines.is_empty() {
+                note("the engines export no vllm:cache_config_info geometry; give --ceiling-block-size and --ceiling-capacity-blocks");
+            }
+            None
+        }
     }
-    Ok(())
 }
 
 #[cfg(test)]
@@ -232,6 +332,45 @@ mod tests {
         assert_eq!(a.urls, ["http://a:1", "http://b:2", "http://c:3"]);
         let a = parse(&["--url", "http://a:1"]).unwrap();
         assert_eq!(a.urls, ["http://a:1"]);
+    }
+
+    #[test]
+    fn engine_metrics_ceiling_and_summary_flags() {
+        let a = parse(&[]).unwrap();
+        assert!(a.engine_metrics.is_empty());
+        assert_eq!(
+            (a.ceiling_block_size, a.ceiling_capacity_blocks),
+            (None, None)
+        );
+        assert_eq!((a.summary, a.label.as_str()), (None, "run"));
+        let a = parse(&[
+            "--engine-metrics",
+            "http://a:1/metrics,http://b:2",
+            "--engine-metrics",
+            "http://c:3",
+            "--ceiling-block-size",
+            "32",
+            "--ceiling-capacity-blocks",
+            "160",
+            "--summary",
+            "t.txt",
+            "--label",
+            "pdgate-precise",
+        ])
+        .unwrap();
+        assert_eq!(
+            a.engine_metrics,
+            ["http://a:1/metrics", "http://b:2", "http://c:3"]
+        );
+        assert_eq!(
+            (a.ceiling_block_size, a.ceiling_capacity_blocks),
+            (Some(32), Some(160))
+        );
+        assert_eq!(
+            (a.summary, a.label.as_str()),
+            (Some(PathBuf::from("t.txt")), "pdgate-precise")
+        );
+        assert!(parse(&["--ceiling-block-size", "0"]).is_err());
     }
 
     #[test]

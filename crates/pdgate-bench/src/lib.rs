@@ -7,10 +7,14 @@
 
 #![warn(missing_docs)]
 
+pub mod ceiling;
 pub mod chat;
 pub mod cli;
 pub mod client;
+pub mod engine_cache;
+pub mod engine_metrics;
 pub mod mooncake;
+pub mod quality;
 pub mod record;
 pub mod render;
 pub mod replay;
@@ -23,8 +27,10 @@ pub mod trace;
 mod words;
 pub mod work;
 
+pub use ceiling::{CacheShare, Ceiling};
 pub use chat::{chat_workload, ChatWorkloadConfig};
 pub use cli::{run, BenchArgs};
+pub use engine_cache::{CacheCounters, CounterDelta, FleetReuse};
 pub use mooncake::{mooncake_work, MOONCAKE_BLOCK_TOKENS};
 pub use record::{RequestRecord, ServedBy};
 pub use render::render_side_by_side;

@@ -47,6 +47,7 @@ impl Report {
                 ),
             ),
         ]);
+        rows.extend(self.cache_rows());
         for (k, v) in &self.pd_modes {
             rows.push((format!("pd mode {k}"), v.to_string()));
         }
@@ -63,7 +64,73 @@ impl Report {
     }
 }
 
-fn percentiles(p: &Percentiles) -> String {
+impl Report {
+    /// Rows of the engine-counter reuse and the ceiling, when measured.
+    fn cache_rows(&self) -> Vec<(String, String)> {
+        let mut rows = Vec::new();
+        if let Some(f) = &self.engine_cache {
+            let mut notes = String::new();
+            if f.restarted > 0 {
+                notes.push_str(&format!(", {} restarted", f.restarted));
+            }
+            if f.unreadable > 0 {
+                notes.push_str(&format!(", {} unreadable", f.unreadable));
+            }
+            rows.push((
+                "engine cache share".to_string(),
+                format!(
+                    "{:.3} ({}/{} tokens, {} engines{notes})",
+                    f.share,
+                    f.hit_tokens,
+                    f.query_tokens,
+                    f.engines.len()
+                ),
+            ));
+            rows.push((
+                "engine load max/fair".to_string(),
+                format!("{:.2}", f.max_over_fair),
+            ));
+            for e in &f.engines {
+                let value = match (&e.delta, &e.error) {
+                    (Some(d), _) => format!(
+                        "{:.3} ({}/{}){}",
+                        e.share,
+                        d.hit_tokens,
+                        d.query_tokens,
+                        if d.restarted {
+                            " restarted: counted since the restart"
+                        } else {
+                            ""
+                        }
+                    ),
+                    (None, Some(err)) => format!("unreadable: {err}"),
+                    (None, None) => "-".to_string(),
+                };
+                rows.push((format!("engine cache {}", e.url), value));
+            }
+        }
+        if let Some(c) = &self.ceiling {
+            rows.push((
+                "ceiling infinite cache".to_string(),
+                format!(
+                    "{:.3} ({}/{}, {}-token blocks)",
+                    c.infinite_share, c.infinite.hit_tokens, c.infinite.query_tokens, c.block_size
+                ),
+            ));
+            rows.push((
+                "ceiling fleet LRU".to_string(),
+                format!(
+                    "{:.3} ({}/{}, {} blocks)",
+                    c.lru_share, c.lru.hit_tokens, c.lru.query_tokens, c.capacity_blocks
+                ),
+            ));
+        }
+        rows
+    }
+}
+
+/// `p50 / p90 / p99` in ms with one decimal, `-` without samples.
+pub(crate) fn percentiles(p: &Percentiles) -> String {
     if p.count == 0 {
         "-".to_string()
     } else {

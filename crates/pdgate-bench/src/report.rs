@@ -1,6 +1,8 @@
 //! [`Report`]: the summary of one replay (design.md §7), built from [`RequestRecord`]s.
 //! JSON field names are stable (snake_case); the table is in [`crate::render`].
 
+use crate::ceiling::Ceiling;
+use crate::engine_cache::FleetReuse;
 use crate::record::RequestRecord;
 use crate::stats::{LatencyHistogram, Percentiles};
 use serde::Serialize;
@@ -47,6 +49,15 @@ pub struct Report {
     /// absent from the JSON, with one).
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub requests_by_url: BTreeMap<String, u64>,
+    /// Cache reuse from the engines' own counters over the run (`--engine-metrics`; absent,
+    /// and absent from the JSON, without it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub engine_cache: Option<FleetReuse>,
+    /// The offline ceiling of cache reuse for the prompts of the requests that succeeded, on
+    /// the fleet's geometry
+    /// (absent when the block size or capacity is unknown).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ceiling: Option<Ceiling>,
     /// One record per request, in workload order.
     pub records: Vec<RequestRecord>,
 }
@@ -140,13 +151,7 @@ fn record_ok(
     e2e.record_ms(r.e2e_ms);
 }
 
-fn ratio(num: u64, den: u64) -> f64 {
-    if den == 0 {
-        0.0
-    } else {
-        num as f64 / den as f64
-    }
-}
+use crate::engine_cache::ratio;
 
 #[cfg(test)]
 mod tests {

@@ -28,7 +28,10 @@ pub mod client;
 pub mod health;
 mod parse;
 
-pub use parse::{merge_model_cards, parse_engine_metrics, parse_model_cards, EngineGauges};
+pub use parse::{
+    merge_model_cards, parse_engine_metrics, parse_model_cards, series, series_label, sum_series,
+    EngineGauges,
+};
 
 use crate::registry::EndpointRegistry;
 use client::ScrapeClient;

@@ -23,21 +23,14 @@ pub struct EngineGauges {
 
 /// Parses a Prometheus text exposition into [`EngineGauges`].
 ///
-/// Only sample lines are read (`name{labels} value [timestamp]`); comments and unknown names
-/// are skipped, and a malformed line is skipped, not fatal. (The `prometheus-parse` crate
+/// Only sample lines are read (`name{labels} value [timestamp]`, [`series`]); comments and
+/// unknown names are skipped, and a malformed line is skipped, not fatal. (The `prometheus-parse` crate
 /// rejects metric names with colons, which every vLLM metric has, hence this small reader.)
 pub fn parse_engine_metrics(text: &str) -> EngineGauges {
     let mut sums: [(f64, u32); 4] = [(0.0, 0); 4];
     let mut start_time: Option<f64> = None;
     let (mut block_size, mut num_gpu_blocks) = (None, None);
-    for line in text.lines() {
-        let line = line.trim_start();
-        if line.is_empty() || line.starts_with('#') {
-            continue;
-        }
-        let Some((name, value)) = sample(line) else {
-            continue;
-        };
+    for (name, labels, value) in series(text) {
         let idx = match name {
             "vllm:num_requests_running" => 0,
             "vllm:num_requests_waiting" => 1,
@@ -48,7 +41,7 @@ pub fn parse_engine_metrics(text: &str) -> EngineGauges {
                 continue;
             }
             "vllm:cache_config_info" => {
-                let int = |key| label(line, key).and_then(|v| v.parse::<u64>().ok());
+                let int = |key| label_value(labels, key).and_then(|v| v.parse::<u64>().ok());
                 block_size = block_size.or(int("block_size")
                     .filter(|b| *b > 0)
                     .and_then(|b| u32::try_from(b).ok()));
@@ -74,30 +67,42 @@ pub fn parse_engine_metrics(text: &str) -> EngineGauges {
     }
 }
 
-/// The value of label `key` of a sample line (`name{k="v",...} value`), unescaped quotes
-/// not supported inside the value (vLLM's info labels have none). `None` when absent.
-fn label<'a>(line: &'a str, key: &str) -> Option<&'a str> {
-    let open = line.find('{')?;
-    let mut rest = &line[open + 1..];
-    loop {
-        let rest_trim = rest.trim_start_matches([',', ' ']);
-        let (k, after) = rest_trim.split_once("=\"")?;
-        let end = after.find('"')?;
-        if k.trim() == key {
-            return Some(&after[..end]);
-        }
-        rest = &after[end + 1..];
-        if rest.trim_start().starts_with('}') {
+/// The sample lines of an exposition as `(metric name, label text, value)`: the label text is
+/// what stands between `{` and `}` (empty without labels), the value the first field after it.
+/// Comments, blank lines and malformed lines are skipped; values are not checked for finiteness.
+pub fn series(text: &str) -> impl Iterator<Item = (&str, &str, f64)> {
+    text.lines().filter_map(|line| {
+        let line = line.trim_start();
+        if line.is_empty() || line.starts_with('#') {
             return None;
         }
-    }
+        sample(line)
+    })
 }
 
-/// Splits one sample line into metric name and value.
-fn sample(line: &str) -> Option<(&str, f64)> {
+/// Σ of the finite values of every series of metric `name` (all label sets: vLLM exports one
+/// per `engine` and `model_name`); `None` when the exposition has no such series.
+pub fn sum_series(text: &str, name: &str) -> Option<f64> {
+    series(text)
+        .filter(|(n, _, v)| *n == name && v.is_finite())
+        .map(|(_, _, v)| v)
+        .reduce(|a, b| a + b)
+}
+
+/// The value of label `label` on the first series of metric `name` that carries it, unescaped
+/// (`\\`, `\"`, `\n`), e.g. `block_size` of `vllm:cache_config_info`.
+pub fn series_label(text: &str, name: &str, label: &str) -> Option<String> {
+    series(text)
+        .filter(|(n, _, _)| *n == name)
+        .find_map(|(_, labels, _)| label_value(labels, label))
+}
+
+/// Splits one sample line into metric name, label text and value.
+fn sample(line: &str) -> Option<(&str, &str, f64)> {
     let name_end = line.find(|c: char| c == '{' || c.is_whitespace())?;
     let name = &line[..name_end];
     let mut rest = &line[name_end..];
+    let mut labels = "";
     if rest.starts_with('{') {
         // Skip the label set, honouring quoted values that may contain `}`.
         let mut in_quotes = false;
@@ -115,10 +120,47 @@ fn sample(line: &str) -> Option<(&str, f64)> {
                 _ => {}
             }
         }
-        rest = &rest[close? + 1..];
+        let close = close?;
+        labels = &rest[1..close];
+        rest = &rest[close + 1..];
     }
     let value = rest.split_whitespace().next()?.parse().ok()?;
-    Some((name, value))
+    Some((name, labels, value))
+}
+
+/// The unescaped value of `key` in a label text `k1="v1",k2="v2"`.
+fn label_value(labels: &str, key: &str) -> Option<String> {
+    let mut rest = labels;
+    loop {
+        rest = rest.trim_start_matches([',', ' ']);
+        let eq = rest.find('=')?;
+        let k = rest[..eq].trim();
+        let mut chars = rest[eq + 1..].trim_start().char_indices();
+        let start = eq + 1 + (rest[eq + 1..].len() - rest[eq + 1..].trim_start().len());
+        if chars.next().map(|(_, c)| c) != Some('"') {
+            return None;
+        }
+        let (mut value, mut escaped, mut end) = (String::new(), false, None);
+        for (i, c) in chars {
+            match c {
+                _ if escaped => {
+                    value.push(if c == 'n' { '\n' } else { c });
+                    escaped = false;
+                }
+                '\\' => escaped = true,
+                '"' => {
+                    end = Some(start + i + 1);
+                    break;
+                }
+                _ => value.push(c),
+            }
+        }
+        let end = end?;
+        if k == key {
+            return Some(value);
+        }
+        rest = &rest[end..];
+    }
 }
 
 /// The model objects of an OpenAI `/v1/models` answer (`{"data": [{"id": …, …}]}`), kept
@@ -184,7 +226,6 @@ mod tests {
         assert_eq!(g.running, Some(5.0));
         assert_eq!(g.waiting, None);
         assert_eq!(g.start_time, None);
-        assert_eq!((g.block_size, g.num_gpu_blocks), (None, None));
         assert!((g.kv_usage.unwrap() - 0.3).abs() < 1e-12);
         let cards = parse_model_cards(
             br#"{"object":"list","data":[{"id":"a","max_model_len":8},{"id":3},{"id":"b"}]}"#,
@@ -196,16 +237,6 @@ mod tests {
             (Some("a"), Some(8))
         );
         assert_eq!(parse_model_cards(b"<html>"), None);
-    }
-
-    #[test]
-    fn cache_config_labels_are_matched_by_exact_key() {
-        let text = "vllm:cache_config_info{mamba_block_size=\"8\",block_size=\"64\",\
-            num_gpu_blocks=\"None\"} 1\n";
-        let g = parse_engine_metrics(text);
-        assert_eq!((g.block_size, g.num_gpu_blocks), (Some(64), None));
-        let zero = parse_engine_metrics("vllm:cache_config_info{block_size=\"0\"} 1\n");
-        assert_eq!(zero.block_size, None);
     }
 
     #[test]
@@ -239,17 +270,62 @@ mod tests {
     }
 
     #[test]
+    fn counters_sum_over_label_sets_and_labels_unescape() {
+        let text = "# TYPE vllm:prefix_cache_hits_total counter\n\
+            vllm:prefix_cache_hits_total{engine=\"0\",model_name=\"m\"} 64.0\n\
+            vllm:prefix_cache_hits_total{engine=\"1\",model_name=\"m\"} 32\n\
+            vllm:prefix_cache_hits_created{engine=\"0\",model_name=\"m\"} 1.7e9\n\
+            vllm:prefix_cache_queries_total NaN\n\
+            info{a=\"x,\\\"y\\\"}\", b = \"2\\\\n\",block_size=\"16\"} 1\n";
+        assert_eq!(sum_series(text, "vllm:prefix_cache_hits_total"), Some(96.0));
+        assert_eq!(sum_series(text, "vllm:prefix_cache_queries_total"), None);
+        assert_eq!(sum_series(text, "vllm:absent"), None);
+        assert_eq!(series_label(text, "info", "a").as_deref(), Some("x,\"y\"}"));
+        assert_eq!(series_label(text, "info", "b").as_deref(), Some("2\\n"));
+        assert_eq!(
+            series_label(text, "info", "block_size").as_deref(),
+            Some("16")
+        );
+        assert_eq!(series_label(text, "info", "c"), None);
+        assert_eq!(series(text).count(), 5);
+    }
+
+    #[test]
+    fn real_vllm_exposition_gives_counters_and_cache_config() {
+        let text = fixture("metrics.txt");
+        assert_eq!(
+            sum_series(&text, "vllm:prefix_cache_hits_total"),
+            Some(64.0)
+        );
+        assert_eq!(
+            sum_series(&text, "vllm:prefix_cache_queries_total"),
+            Some(208.0)
+        );
+        let label = |l| series_label(&text, "vllm:cache_config_info", l);
+        assert_eq!(
+            (label("block_size"), label("num_gpu_blocks")),
+            (Some("32".to_string()), Some("16384".to_string()))
+        );
+    }
+
+    #[test]
+    fn cache_config_labels_are_matched_by_exact_key() {
+        let text = "vllm:cache_config_info{mamba_block_size=\"8\",block_size=\"64\",\
+            num_gpu_blocks=\"None\"} 1\n";
+        let g = parse_engine_metrics(text);
+        assert_eq!((g.block_size, g.num_gpu_blocks), (Some(64), None));
+        let zero = parse_engine_metrics("vllm:cache_config_info{block_size=\"0\"} 1\n");
+        assert_eq!(zero.block_size, None);
+        let idle = parse_engine_metrics(&fixture("metrics.txt"));
+        assert_eq!((idle.block_size, idle.num_gpu_blocks), (Some(32), Some(16384)));
+    }
+
+    #[test]
     fn real_vllm_exposition_gives_gauges_and_start_time() {
         let idle = parse_engine_metrics(&fixture("metrics.txt"));
         assert_eq!(
             (idle.running, idle.waiting, idle.kv_usage, idle.start_time),
             (Some(0.0), Some(0.0), Some(0.0), Some(1.7959416738e9))
-        );
-        // `vllm:cache_config_info{...,block_size="32",...,num_gpu_blocks="16384",...}`; the
-        // look-alike labels (`_block_size_resolved`, `mamba_block_size`, ...) are not it.
-        assert_eq!(
-            (idle.block_size, idle.num_gpu_blocks),
-            (Some(32), Some(16384))
         );
         let busy = parse_engine_metrics(&fixture("metrics-under-load.txt"));
         assert_eq!((busy.running, busy.waiting), (Some(5.0), Some(0.0)));
