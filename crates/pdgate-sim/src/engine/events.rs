@@ -82,3 +82,7 @@ impl CacheEvents {
         std::mem::take(&mut self.pending)
     }
 }
+
+#[cfg(test)]
+#[path = "events_tests.rs"]
+mod tests;
