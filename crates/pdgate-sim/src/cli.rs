@@ -234,7 +234,14 @@ mod tests {
         .err()
         .unwrap()
         .to_string();
-        assert!(err.contains("publisher \"kafka\" is not supported"), "{err}");
-        assert!(!Cli::try_parse_from(["sim"]).unwrap().sim.config().kv_events_enabled());
+        assert!(
+            err.contains("publisher \"kafka\" is not supported"),
+            "{err}"
+        );
+        assert!(!Cli::try_parse_from(["sim"])
+            .unwrap()
+            .sim
+            .config()
+            .kv_events_enabled());
     }
 }

@@ -185,7 +185,9 @@ impl SimConfig {
 
     /// Whether the engines record and publish KV events.
     pub fn kv_events_enabled(&self) -> bool {
-        self.kv_events.as_ref().is_some_and(KvEventsConfig::publishes)
+        self.kv_events
+            .as_ref()
+            .is_some_and(KvEventsConfig::publishes)
     }
 
     /// Lifetime of an encoder-cache lease: `ec_lease_ttl`, else the KV `lease_ttl`.

@@ -20,8 +20,8 @@ mod engine;
 pub mod fleet;
 pub mod handoff;
 mod http;
-pub mod kv_events;
 pub mod kube_api;
+pub mod kv_events;
 mod metrics;
 pub mod pull;
 mod stats;
@@ -56,7 +56,9 @@ pub async fn run(args: SimArgs) -> anyhow::Result<()> {
                 "sim worker {} publishes KV events on port {}{}",
                 h.name(),
                 p.publish,
-                p.replay.map(|r| format!(" (replay {r})")).unwrap_or_default()
+                p.replay
+                    .map(|r| format!(" (replay {r})"))
+                    .unwrap_or_default()
             );
         }
         handles.push(h);

@@ -68,7 +68,10 @@ async fn chat_render_applies_the_simulators_chat_rule_and_matches_what_the_engin
         r.body["token_ids"],
         json!(tokenize("system: be brief\nuser: hello there\n"))
     );
-    assert!(r.body["request_id"].as_str().unwrap().starts_with("chatcmpl-"));
+    assert!(r.body["request_id"]
+        .as_str()
+        .unwrap()
+        .starts_with("chatcmpl-"));
     assert_eq!(r.body["model"], "pdgate-sim");
     // The chat request itself runs exactly that many prompt tokens.
     let run = post(
@@ -90,10 +93,18 @@ async fn render_errors_are_vllms() {
     )
     .await;
     assert_error(&r, 404, "The model `other` does not exist.");
-    let r = post(&w.url(), "/v1/completions/render", json!({"model": "pdgate-sim"})).await;
+    let r = post(
+        &w.url(),
+        "/v1/completions/render",
+        json!({"model": "pdgate-sim"}),
+    )
+    .await;
     assert_eq!(r.status, 400, "{}", r.body);
     assert!(
-        r.body["error"]["message"].as_str().unwrap().contains("prompt"),
+        r.body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("prompt"),
         "{}",
         r.body
     );
@@ -112,7 +123,10 @@ async fn reset_prefix_cache_forgets_every_block() {
     let body = json!({"model": "pdgate-sim", "prompt": tokens(1, 40), "max_tokens": 1});
     post(&w.url(), "/v1/completions", body.clone()).await;
     let cached = |r: &Resp| r.body["usage"]["prompt_tokens_details"]["cached_tokens"].clone();
-    assert_eq!(cached(&post(&w.url(), "/v1/completions", body.clone()).await), 32);
+    assert_eq!(
+        cached(&post(&w.url(), "/v1/completions", body.clone()).await),
+        32
+    );
     let r = reqwest::Client::new()
         .post(format!("{}/reset_prefix_cache", w.url()))
         .send()
@@ -122,5 +136,8 @@ async fn reset_prefix_cache_forgets_every_block() {
     assert_eq!(r.text().await.unwrap(), "");
     assert_eq!(cached(&post(&w.url(), "/v1/completions", body).await), 0);
     // KV events are off: the discovery list is empty.
-    assert_eq!(get_json(&format!("{}/kv_event_sources", w.url())).await, json!([]));
+    assert_eq!(
+        get_json(&format!("{}/kv_event_sources", w.url())).await,
+        json!([])
+    );
 }

@@ -104,7 +104,10 @@ pub fn router(worker: Arc<Worker>) -> Router {
         .route("/v1/completions", post(infer::completions))
         .route("/v1/chat/completions", post(infer::chat_completions))
         .route("/v1/completions/render", post(render::completions))
-        .route("/v1/chat/completions/render", post(render::chat_completions))
+        .route(
+            "/v1/chat/completions/render",
+            post(render::chat_completions),
+        )
         .route("/reset_prefix_cache", post(reset_prefix_cache))
         .route("/kv_event_sources", get(kv_event_sources))
         .route("/v1/models", get(models))

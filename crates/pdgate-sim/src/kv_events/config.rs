@@ -75,9 +75,9 @@ impl TcpEndpoint {
         let rest = s.strip_prefix("tcp://").ok_or_else(|| {
             anyhow::anyhow!("--kv-events-config: {field} {s:?} must be tcp://HOST:PORT")
         })?;
-        let (host, port) = rest.rsplit_once(':').ok_or_else(|| {
-            anyhow::anyhow!("--kv-events-config: {field} {s:?} has no :PORT")
-        })?;
+        let (host, port) = rest
+            .rsplit_once(':')
+            .ok_or_else(|| anyhow::anyhow!("--kv-events-config: {field} {s:?} has no :PORT"))?;
         let port = port.parse::<u16>().map_err(|_| {
             anyhow::anyhow!("--kv-events-config: {field} {s:?}: port {port:?} is not 0..65535")
         })?;
@@ -176,8 +176,9 @@ impl KvEventsConfig {
     /// `zmq`/`null`, an endpoint that is not `tcp://HOST:PORT`, `buffer_steps` or
     /// `max_queue_size` of 0 while publishing.
     pub fn parse(json: &str) -> anyhow::Result<Self> {
-        let cfg: KvEventsConfig = serde_json::from_str(json)
-            .map_err(|e| anyhow::anyhow!("--kv-events-config is not a valid KVEventsConfig: {e}"))?;
+        let cfg: KvEventsConfig = serde_json::from_str(json).map_err(|e| {
+            anyhow::anyhow!("--kv-events-config is not a valid KVEventsConfig: {e}")
+        })?;
         cfg.validate()?;
         Ok(cfg)
     }
@@ -278,22 +279,37 @@ mod tests {
         let c = KvEventsConfig::parse(r#"{"enable_kv_cache_events":true}"#).unwrap();
         assert_eq!(c.publisher(), "zmq");
         assert_eq!(c.endpoint, "tcp://*:5557");
-        assert_eq!((c.buffer_steps, c.hwm, c.max_queue_size), (10_000, 100_000, 100_000));
+        assert_eq!(
+            (c.buffer_steps, c.hwm, c.max_queue_size),
+            (10_000, 100_000, 100_000)
+        );
         assert_eq!((c.replay_endpoint.as_deref(), c.topic.as_str()), (None, ""));
         assert!(c.publishes());
         let off = KvEventsConfig::parse(r#"{"publisher":"zmq"}"#).unwrap();
         assert!(!off.publishes(), "not enabled");
-        assert!(KvEventsConfig::parse("{}").unwrap().publisher_settings().unwrap().is_none());
+        assert!(KvEventsConfig::parse("{}")
+            .unwrap()
+            .publisher_settings()
+            .unwrap()
+            .is_none());
         let full = KvEventsConfig::parse(
             r#"{"enable_kv_cache_events":true,"publisher":"zmq","endpoint":"tcp://*:6000","replay_endpoint":"tcp://*:7000","buffer_steps":5,"hwm":1,"max_queue_size":2,"topic":"kv"}"#,
         )
         .unwrap();
-        let w2 = full.for_worker(2).unwrap().publisher_settings().unwrap().unwrap();
+        let w2 = full
+            .for_worker(2)
+            .unwrap()
+            .publisher_settings()
+            .unwrap()
+            .unwrap();
         assert_eq!(w2.endpoint.port, 6002);
         assert_eq!(w2.replay.as_ref().unwrap().port, 7002);
         assert_eq!((w2.topic.as_str(), w2.buffer_steps), ("kv", 5));
         assert_eq!(w2.endpoint.bind_host(), "0.0.0.0");
-        assert_eq!(w2.endpoint.connect_url("10.0.0.1", 6002), "tcp://10.0.0.1:6002");
+        assert_eq!(
+            w2.endpoint.connect_url("10.0.0.1", 6002),
+            "tcp://10.0.0.1:6002"
+        );
         let zero = KvEventsConfig::parse(
             r#"{"enable_kv_cache_events":true,"endpoint":"tcp://127.0.0.1:0"}"#,
         )
@@ -308,14 +324,20 @@ mod tests {
             err(r#"{"enable_kv_cache_events":true,"publisher":"nats"}"#),
             "--kv-events-config: publisher \"nats\" is not supported (the simulator publishes with \"zmq\", or \"null\" for none)"
         );
-        assert!(err(r#"{"enable_kv_cache_events":true,"colour":1}"#).contains("unknown field `colour`"));
-        assert!(err(r#"{"endpoint":"ipc:///tmp/x"}"#).contains("endpoint \"ipc:///tmp/x\" must be tcp://HOST:PORT"));
+        assert!(
+            err(r#"{"enable_kv_cache_events":true,"colour":1}"#).contains("unknown field `colour`")
+        );
+        assert!(err(r#"{"endpoint":"ipc:///tmp/x"}"#)
+            .contains("endpoint \"ipc:///tmp/x\" must be tcp://HOST:PORT"));
         assert!(err(r#"{"endpoint":"tcp://*:99999"}"#).contains("port \"99999\""));
         assert!(err("not json").starts_with("--kv-events-config is not a valid KVEventsConfig"));
-        let high = KvEventsConfig::parse(
-            r#"{"enable_kv_cache_events":true,"endpoint":"tcp://*:65535"}"#,
-        )
-        .unwrap();
-        assert!(high.for_worker(1).unwrap_err().to_string().contains("over 65535"));
+        let high =
+            KvEventsConfig::parse(r#"{"enable_kv_cache_events":true,"endpoint":"tcp://*:65535"}"#)
+                .unwrap();
+        assert!(high
+            .for_worker(1)
+            .unwrap_err()
+            .to_string()
+            .contains("over 65535"));
     }
 }
