@@ -9,6 +9,7 @@
 
 use super::events::CacheEvents;
 use lru::LruCache;
+use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 use xxhash_rust::xxh3::Xxh3;
 
@@ -171,8 +172,8 @@ impl PrefixCache {
         if self.hash_of[id as usize].is_some() {
             return false;
         }
-        if !self.by_hash.contains_key(&hash) {
-            self.by_hash.insert(hash, id);
+        if let Entry::Vacant(e) = self.by_hash.entry(hash) {
+            e.insert(id);
             self.hash_of[id as usize] = Some(hash);
         }
         true

@@ -30,7 +30,7 @@ pub(super) async fn completions(
 ) -> Response {
     match render(&w, ApiKind::Completions, &headers, &body) {
         Ok(r) => Json(vec![r]).into_response(),
-        Err(resp) => resp,
+        Err((status, message)) => error(status, message),
     }
 }
 
@@ -41,26 +41,29 @@ pub(super) async fn chat_completions(
 ) -> Response {
     match render(&w, ApiKind::ChatCompletions, &headers, &body) {
         Ok(r) => Json(r).into_response(),
-        Err(resp) => resp,
+        Err((status, message)) => error(status, message),
     }
 }
 
-/// One rendered prompt, or the error response (400 bad body or prompt too long, 404 model).
-fn render(w: &Worker, kind: ApiKind, headers: &HeaderMap, body: &[u8]) -> Result<Value, Response> {
-    let req = InferenceRequest::parse(kind, body).map_err(|e| error(400, e.to_string()))?;
+/// One rendered prompt, or the error's status and message (400 bad body or prompt too long,
+/// 404 unknown model).
+fn render(
+    w: &Worker,
+    kind: ApiKind,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Result<Value, (u16, String)> {
+    let req = InferenceRequest::parse(kind, body).map_err(|e| (400, e.to_string()))?;
     if req.model != w.cfg.model {
-        return Err(error(
-            404,
-            format!("The model `{}` does not exist.", req.model),
-        ));
+        return Err((404, format!("The model `{}` does not exist.", req.model)));
     }
     let tokens = tokenizer::prompt_tokens(&req.prompt);
     if tokens.is_empty() {
-        return Err(error(400, "No token_ids rendered"));
+        return Err((400, "No token_ids rendered".into()));
     }
     let max_model_len = w.cfg.max_model_len;
     if tokens.len() >= max_model_len {
-        return Err(error(
+        return Err((
             400,
             format!(
                 "This model's maximum context length is {max_model_len} tokens. However, your request has {} input tokens.",
