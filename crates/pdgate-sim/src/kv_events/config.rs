@@ -218,6 +218,11 @@ impl KvEventsConfig {
                 self.replay_endpoint.is_none() || self.buffer_steps > 0,
                 "--kv-events-config: buffer_steps must be at least 1 with a replay_endpoint"
             );
+            anyhow::ensure!(
+                self.topic.is_empty(),
+                "--kv-events-config: topic {:?}: the simulator publishes with the empty topic only (vLLM's default)",
+                self.topic
+            );
         }
         Ok(())
     }
@@ -293,7 +298,7 @@ mod tests {
             .unwrap()
             .is_none());
         let full = KvEventsConfig::parse(
-            r#"{"enable_kv_cache_events":true,"publisher":"zmq","endpoint":"tcp://*:6000","replay_endpoint":"tcp://*:7000","buffer_steps":5,"hwm":1,"max_queue_size":2,"topic":"kv"}"#,
+            r#"{"enable_kv_cache_events":true,"publisher":"zmq","endpoint":"tcp://*:6000","replay_endpoint":"tcp://*:7000","buffer_steps":5,"hwm":1,"max_queue_size":2,"topic":""}"#,
         )
         .unwrap();
         let w2 = full
@@ -304,7 +309,7 @@ mod tests {
             .unwrap();
         assert_eq!(w2.endpoint.port, 6002);
         assert_eq!(w2.replay.as_ref().unwrap().port, 7002);
-        assert_eq!((w2.topic.as_str(), w2.buffer_steps), ("kv", 5));
+        assert_eq!((w2.topic.as_str(), w2.buffer_steps), ("", 5));
         assert_eq!(w2.endpoint.bind_host(), "0.0.0.0");
         assert_eq!(
             w2.endpoint.connect_url("10.0.0.1", 6002),
@@ -330,6 +335,7 @@ mod tests {
         assert!(err(r#"{"endpoint":"ipc:///tmp/x"}"#)
             .contains("endpoint \"ipc:///tmp/x\" must be tcp://HOST:PORT"));
         assert!(err(r#"{"endpoint":"tcp://*:99999"}"#).contains("port \"99999\""));
+        assert!(err(r#"{"enable_kv_cache_events":true,"topic":"kv"}"#).contains("empty topic only"));
         assert!(err("not json").starts_with("--kv-events-config is not a valid KVEventsConfig"));
         let high =
             KvEventsConfig::parse(r#"{"enable_kv_cache_events":true,"endpoint":"tcp://*:65535"}"#)

@@ -5,6 +5,7 @@
 use super::config::WorkerPublisher;
 use super::KvEventEncoding;
 use pdgate_api::kv_events::KvEvent;
+use pdgate_kvevents::{Encoding, Publisher};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
@@ -34,8 +35,33 @@ pub async fn start(
     encoding: KvEventEncoding,
     rx: mpsc::Receiver<Vec<KvEvent>>,
 ) -> anyhow::Result<Started> {
-    let _ = (settings, encoding, rx);
-    anyhow::bail!("KV event publishing needs the pdgate-kvevents publisher (not merged yet)")
+    let wire = match encoding {
+        KvEventEncoding::Tagged => Encoding::Tagged,
+        KvEventEncoding::Positional => Encoding::Positional,
+    };
+    let bind_url = |e: &super::TcpEndpoint| format!("tcp://{}:{}", e.host, e.port);
+    let replay = settings.replay.as_ref().map(bind_url);
+    let publisher = Publisher::bind(
+        &bind_url(&settings.endpoint),
+        replay.as_deref(),
+        wire,
+        settings.buffer_steps,
+        Some(0),
+    )
+    .await
+    .map_err(|e| anyhow::anyhow!("KV event publisher: {e}"))?;
+    let ports = KvEventPorts {
+        publish: publisher.publish_port(),
+        replay: publisher.replay_port(),
+    };
+    // The task owns the publisher: aborting it closes the sockets.
+    let task = tokio::spawn(async move {
+        let mut rx = rx;
+        while let Some(events) = rx.recv().await {
+            publisher.publish(events);
+        }
+    });
+    Ok(Started { ports, task })
 }
 
 /// The engine's end of a worker's event queue.
