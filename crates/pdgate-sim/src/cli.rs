@@ -2,6 +2,7 @@
 
 use crate::config::*;
 use crate::fleet::{parse_fleet, plan_flags, plan_fleet, PlannedWorker};
+use crate::kv_events::{KvEventEncoding, KvEventsConfig};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -85,6 +86,19 @@ pub struct SimArgs {
     /// Lifetime of an encoder-cache lease, wall-clock seconds [default: --lease-ttl-secs].
     #[arg(long)]
     pub ec_lease_ttl_secs: Option<u64>,
+    /// vLLM's KV-event publisher config (JSON KVEventsConfig), e.g.
+    /// '{"enable_kv_cache_events":true,"publisher":"zmq","endpoint":"tcp://*:5557"}';
+    /// worker i publishes on the endpoint's port + i (replay port + i), as vLLM's DP ranks.
+    #[arg(long, value_parser = parse_kv_events_config)]
+    pub kv_events_config: Option<KvEventsConfig>,
+    /// Encoding of KV events: tagged maps (vLLM 0.32) or positional arrays (older vLLM)
+    /// [pdgate-sim extension].
+    #[arg(long, value_enum, default_value_t = KvEventEncoding::Tagged)]
+    pub kv_events_encoding: KvEventEncoding,
+}
+
+fn parse_kv_events_config(s: &str) -> Result<KvEventsConfig, String> {
+    KvEventsConfig::parse(s).map_err(|e| e.to_string())
 }
 
 impl SimArgs {
@@ -109,6 +123,8 @@ impl SimArgs {
             advertise_host: self.advertise_host.clone(),
             encode_ms_per_item: self.encode_ms_per_item,
             ec_lease_ttl: self.ec_lease_ttl_secs.map(Duration::from_secs),
+            kv_events: self.kv_events_config.clone(),
+            kv_events_encoding: self.kv_events_encoding,
         }
     }
 
@@ -190,5 +206,42 @@ mod tests {
             SimConfig::default().ec_ttl(),
             SimConfig::default().lease_ttl
         );
+    }
+
+    #[test]
+    fn kv_events_flags() {
+        let cli = Cli::try_parse_from([
+            "sim",
+            "--kv-events-config",
+            r#"{"enable_kv_cache_events":true,"publisher":"zmq","endpoint":"tcp://*:6000","replay_endpoint":"tcp://*:6100"}"#,
+            "--kv-events-encoding",
+            "positional",
+        ])
+        .unwrap();
+        let cfg = cli.sim.config();
+        assert!(cfg.kv_events_enabled());
+        assert_eq!(cfg.kv_events_encoding, KvEventEncoding::Positional);
+        let w1 = cfg.for_worker(1).unwrap().kv_events.unwrap();
+        assert_eq!(
+            (w1.endpoint.as_str(), w1.replay_endpoint.as_deref()),
+            ("tcp://*:6001", Some("tcp://*:6101"))
+        );
+        let err = Cli::try_parse_from([
+            "sim",
+            "--kv-events-config",
+            r#"{"enable_kv_cache_events":true,"publisher":"kafka"}"#,
+        ])
+        .err()
+        .unwrap()
+        .to_string();
+        assert!(
+            err.contains("publisher \"kafka\" is not supported"),
+            "{err}"
+        );
+        assert!(!Cli::try_parse_from(["sim"])
+            .unwrap()
+            .sim
+            .config()
+            .kv_events_enabled());
     }
 }

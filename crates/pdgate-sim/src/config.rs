@@ -1,6 +1,7 @@
 //! Engine settings ([`SimConfig`]) and worker identity ([`WorkerSpec`]), with the defaults the
 //! CLI uses (one constant per setting, so the CLI and `Default` cannot drift apart).
 
+use crate::kv_events::{KvEventEncoding, KvEventsConfig};
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -79,6 +80,11 @@ pub struct SimConfig {
     pub encode_ms_per_item: f64,
     /// Lifetime of an encoder-cache lease (wall clock); `None` = `lease_ttl`.
     pub ec_lease_ttl: Option<Duration>,
+    /// vLLM's `--kv-events-config`; `None` = no KV events (vLLM's default). Worker i of a
+    /// fleet publishes on the configured ports + i.
+    pub kv_events: Option<KvEventsConfig>,
+    /// Encoding of published events (pdgate-sim extension).
+    pub kv_events_encoding: KvEventEncoding,
 }
 
 impl Default for SimConfig {
@@ -102,6 +108,8 @@ impl Default for SimConfig {
             advertise_host: None,
             encode_ms_per_item: DEFAULT_ENCODE_MS_PER_ITEM,
             ec_lease_ttl: None,
+            kv_events: None,
+            kv_events_encoding: KvEventEncoding::Tagged,
         }
     }
 }
@@ -157,7 +165,29 @@ impl SimConfig {
             (400..=599).contains(&self.error_status),
             "--error-status must be an HTTP error status (400..=599)"
         );
+        if let Some(k) = &self.kv_events {
+            k.validate()?;
+        }
         Ok(())
+    }
+
+    /// These settings as worker `index` of a fleet uses them: the KV-event endpoints shifted by
+    /// `index` ports (vLLM's DP-rank rule). Errors when a shifted port is over 65535.
+    pub fn for_worker(&self, index: usize) -> anyhow::Result<SimConfig> {
+        Ok(SimConfig {
+            kv_events: match &self.kv_events {
+                Some(k) => Some(k.for_worker(index)?),
+                None => None,
+            },
+            ..self.clone()
+        })
+    }
+
+    /// Whether the engines record and publish KV events.
+    pub fn kv_events_enabled(&self) -> bool {
+        self.kv_events
+            .as_ref()
+            .is_some_and(KvEventsConfig::publishes)
     }
 
     /// Lifetime of an encoder-cache lease: `ec_lease_ttl`, else the KV `lease_ttl`.

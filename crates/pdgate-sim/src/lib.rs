@@ -21,6 +21,7 @@ pub mod fleet;
 pub mod handoff;
 mod http;
 pub mod kube_api;
+pub mod kv_events;
 mod metrics;
 pub mod pull;
 mod stats;
@@ -39,9 +40,9 @@ pub async fn run(args: SimArgs) -> anyhow::Result<()> {
     cfg.validate()?;
     let plan = args.plan()?;
     let mut handles = Vec::with_capacity(plan.len());
-    for w in plan {
+    for (i, w) in plan.into_iter().enumerate() {
         let listener = worker::bind(&args.host, w.port).await?;
-        let h = spawn_worker(w.spec, cfg.clone(), listener).await?;
+        let h = spawn_worker(w.spec, cfg.for_worker(i)?, listener).await?;
         println!(
             "sim worker {} role={} revision={} engine={} listening on {}",
             h.name(),
@@ -50,6 +51,16 @@ pub async fn run(args: SimArgs) -> anyhow::Result<()> {
             h.engine_id(),
             h.url()
         );
+        if let Some(p) = h.kv_event_ports() {
+            println!(
+                "sim worker {} publishes KV events on port {}{}",
+                h.name(),
+                p.publish,
+                p.replay
+                    .map(|r| format!(" (replay {r})"))
+                    .unwrap_or_default()
+            );
+        }
         handles.push(h);
     }
     tracing::info!(workers = handles.len(), model = %cfg.model, speedup = cfg.speedup, "simulator ready");

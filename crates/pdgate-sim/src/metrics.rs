@@ -28,6 +28,12 @@ pub struct Metrics {
     pub prefix_hits: IntCounter,
     /// `vllm:prompt_tokens_total`
     pub prompt_tokens: IntCounter,
+    /// `vllm:prompt_tokens_by_source_total{source}`: prompt tokens by where their KV came
+    /// from (`local_compute`, `local_cache_hit`, `external_kv_transfer`).
+    pub prompt_tokens_by_source: IntCounterVec,
+    /// `pdgate_sim_kv_events_total{type}`: KV events published, by type (`BlockStored`,
+    /// `BlockRemoved`, `AllBlocksCleared`).
+    pub kv_events: IntCounterVec,
     /// `vllm:generation_tokens_total`
     pub generation_tokens: IntCounter,
     /// `vllm:request_success_total{finished_reason}`
@@ -104,6 +110,22 @@ impl Metrics {
                 "vllm:prompt_tokens_total",
                 "Prompt tokens of finished requests.",
             ))
+            .expect("valid metric"),
+            prompt_tokens_by_source: IntCounterVec::new(
+                opts(
+                    "vllm:prompt_tokens_by_source_total",
+                    "Number of prompt tokens by source.",
+                ),
+                &["source"],
+            )
+            .expect("valid metric"),
+            kv_events: IntCounterVec::new(
+                opts(
+                    "pdgate_sim_kv_events_total",
+                    "KV events published, by type.",
+                ),
+                &["type"],
+            )
             .expect("valid metric"),
             generation_tokens: IntCounter::with_opts(opts(
                 "vllm:generation_tokens_total",
@@ -198,6 +220,9 @@ impl Metrics {
         )
         .expect("valid metric");
         cache_info.set(1);
+        for source in ["local_compute", "local_cache_hit", "external_kv_transfer"] {
+            m.prompt_tokens_by_source.with_label_values(&[source]);
+        }
         m.request_success.with_label_values(&["length"]);
         m.request_success.with_label_values(&["abort"]);
         m.handoffs.with_label_values(&["ok"]);
@@ -213,6 +238,8 @@ impl Metrics {
             Box::new(m.prefix_queries.clone()),
             Box::new(m.prefix_hits.clone()),
             Box::new(m.prompt_tokens.clone()),
+            Box::new(m.prompt_tokens_by_source.clone()),
+            Box::new(m.kv_events.clone()),
             Box::new(m.generation_tokens.clone()),
             Box::new(m.request_success.clone()),
             Box::new(m.ttft.clone()),

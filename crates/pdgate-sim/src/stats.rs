@@ -29,6 +29,20 @@ pub struct WorkerStats {
     pub prompt_tokens: u64,
     /// Generated tokens.
     pub generation_tokens: u64,
+    /// Prompt tokens looked up in the prefix cache at admission
+    /// (`vllm:prefix_cache_queries_total`).
+    pub prefix_cache_queries: u64,
+    /// Prompt tokens found in this engine's prefix cache (`vllm:prefix_cache_hits_total`).
+    pub prefix_cache_hits: u64,
+    /// Prompt tokens computed here
+    /// (`vllm:prompt_tokens_by_source_total{source="local_compute"}`).
+    pub prompt_tokens_local_compute: u64,
+    /// Prompt tokens found in this engine's cache (`source="local_cache_hit"`).
+    pub prompt_tokens_local_cache_hit: u64,
+    /// Prompt tokens whose KV came from a remote prefill (`source="external_kv_transfer"`).
+    pub prompt_tokens_external_kv_transfer: u64,
+    /// KV event batches handed to the publisher.
+    pub kv_event_batches: u64,
     /// Requests dropped because their client went away.
     pub cancelled: u64,
     /// Injected errors (`--error-rate`).

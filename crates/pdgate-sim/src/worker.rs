@@ -7,6 +7,7 @@ use crate::config::{SimConfig, WorkerSpec};
 use crate::engine::Engine;
 use crate::fleet::canonical_role;
 use crate::http::{router, Worker};
+use crate::kv_events::publish::{self, EventSink, KvEventPorts};
 use crate::metrics::Metrics;
 use crate::stats::WorkerStats;
 use std::net::{Ipv4Addr, SocketAddr};
@@ -20,11 +21,14 @@ use tokio::task::JoinHandle;
 /// in-flight requests and closes the listener.
 pub struct WorkerHandle {
     spec: WorkerSpec,
+    cfg: SimConfig,
     addr: SocketAddr,
     engine: Arc<Engine>,
+    kv_ports: Option<KvEventPorts>,
     stop: watch::Sender<bool>,
     server: Option<JoinHandle<()>>,
     engine_task: JoinHandle<()>,
+    publisher: Option<JoinHandle<()>>,
 }
 
 impl WorkerHandle {
@@ -68,11 +72,51 @@ impl WorkerHandle {
         self.engine.stats()
     }
 
-    /// Stops the worker and waits (at most 5 s) for its server to close.
+    /// The ports this worker's KV events are published on (ZMQ PUB, replay ROUTER), as bound
+    /// (a configured port 0 is the free port chosen); `None` when KV events are off.
+    pub fn kv_event_ports(&self) -> Option<KvEventPorts> {
+        self.kv_ports
+    }
+
+    /// `tcp://127.0.0.1:PORT` of this worker's KV-event PUB socket, for a subscriber on this
+    /// machine; `None` when KV events are off.
+    pub fn kv_events_endpoint(&self) -> Option<String> {
+        self.kv_ports
+            .map(|p| format!("tcp://127.0.0.1:{}", p.publish))
+    }
+
+    /// `tcp://127.0.0.1:PORT` of this worker's replay socket, when configured.
+    pub fn kv_replay_endpoint(&self) -> Option<String> {
+        self.kv_ports
+            .and_then(|p| p.replay)
+            .map(|port| format!("tcp://127.0.0.1:{port}"))
+    }
+
+    /// Restarts the engine as a new process would: the same name, address and KV-event
+    /// ports, a new engine id, an empty cache, counters at zero, event sequence numbers from
+    /// 0 again and a new `process_start_time_seconds`. In-flight requests fail (503).
+    ///
+    /// Errors: the address or a port was taken by someone else meanwhile.
+    pub async fn restart(self) -> anyhow::Result<WorkerHandle> {
+        let (spec, addr) = (self.spec.clone(), self.addr);
+        let mut cfg = self.cfg.clone();
+        if let (Some(k), Some(ports)) = (&mut cfg.kv_events, self.kv_ports) {
+            k.pin_ports(ports)?;
+        }
+        self.shutdown().await;
+        let listener = bind(&addr.ip().to_string(), addr.port()).await?;
+        spawn_worker(spec, cfg, listener).await
+    }
+
+    /// Stops the worker and waits (at most 5 s) for its server and publisher to close.
     pub async fn shutdown(mut self) {
         self.stop_now();
         if let Some(server) = self.server.take() {
             let _ = tokio::time::timeout(Duration::from_secs(5), server).await;
+        }
+        if let Some(publisher) = self.publisher.take() {
+            publisher.abort();
+            let _ = publisher.await;
         }
     }
 
@@ -80,6 +124,9 @@ impl WorkerHandle {
         let _ = self.stop.send(true);
         self.engine_task.abort();
         self.engine.close();
+        if let Some(p) = &self.publisher {
+            p.abort();
+        }
     }
 }
 
@@ -113,19 +160,40 @@ pub async fn spawn_worker(
     });
     let engine_id = format!("{}-{:08x}", spec.name, rand::random::<u32>());
     let metrics = Arc::new(Metrics::new(&cfg.model, cfg.block_size, cfg.num_gpu_blocks));
+    let settings = match &cfg.kv_events {
+        Some(k) => k.publisher_settings()?,
+        None => None,
+    };
+    let (sink, kv) = match settings {
+        Some(settings) => {
+            let (sink, rx) = EventSink::channel(settings.max_queue_size);
+            let started = publish::start(&settings, cfg.kv_events_encoding, rx)
+                .await
+                .map_err(|e| anyhow::anyhow!("worker {}: {e}", spec.name))?;
+            let source = settings.source(&advertise_host, started.ports);
+            (Some(sink), Some((started, source)))
+        }
+        None => (None, None),
+    };
     let engine = Arc::new(Engine::new(
         cfg.clone(),
         engine_id,
         spec.revision.clone(),
         metrics.clone(),
+        sink,
     ));
+    let (kv_ports, kv_source, publisher) = match kv {
+        Some((started, source)) => (Some(started.ports), Some(source), Some(started.task)),
+        None => (None, None, None),
+    };
     let worker = Arc::new(Worker::new(
         spec.clone(),
-        cfg,
+        cfg.clone(),
         engine.clone(),
         metrics,
         addr,
         advertise_host,
+        kv_source,
     )?);
     let engine_task = tokio::spawn(engine.clone().run());
     let (stop, mut stopped) = watch::channel(false);
@@ -144,15 +212,19 @@ pub async fn spawn_worker(
     });
     Ok(WorkerHandle {
         spec,
+        cfg,
         addr,
         engine,
+        kv_ports,
         stop,
         server: Some(server),
         engine_task,
+        publisher,
     })
 }
 
-/// Starts `specs` on `host`, worker i on `first_port + i` (0 = each on an ephemeral port).
+/// Starts `specs` on `host`, worker i on `first_port + i` (0 = each on an ephemeral port) and,
+/// with KV events, publishing on the configured ports + i.
 /// On error the workers already started are stopped.
 pub async fn spawn_fleet(
     specs: Vec<WorkerSpec>,
@@ -169,7 +241,7 @@ pub async fn spawn_fleet(
                 .map_err(|_| anyhow::anyhow!("port {} is over 65535", first_port as usize + i))?
         };
         let listener = bind(host, port).await?;
-        out.push(spawn_worker(spec, cfg.clone(), listener).await?);
+        out.push(spawn_worker(spec, cfg.for_worker(i)?, listener).await?);
     }
     Ok(out)
 }
@@ -213,8 +285,8 @@ pub async fn spawn_pod_fleet(
             continue;
         }
         let mut out = Vec::with_capacity(specs.len());
-        for (spec, listener) in specs.into_iter().zip(listeners) {
-            out.push(spawn_worker(spec, cfg.clone(), listener).await?);
+        for (i, (spec, listener)) in specs.into_iter().zip(listeners).enumerate() {
+            out.push(spawn_worker(spec, cfg.for_worker(i)?, listener).await?);
         }
         return Ok((out, port));
     }

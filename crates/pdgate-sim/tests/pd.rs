@@ -74,10 +74,31 @@ async fn prefill_then_decode_then_replay_is_consumed() {
     assert_eq!(r.status, 200, "{}", r.body);
     assert_eq!(r.body["usage"]["completion_tokens"], 5);
     assert_eq!(
-        r.body["usage"]["prompt_tokens_details"]["cached_tokens"], 64,
-        "a remote decode reports the prefill side's cached tokens"
+        r.body["usage"]["prompt_tokens_details"]["cached_tokens"], 0,
+        "transferred tokens are not cached tokens of a decode leg (vLLM 0.32)"
     );
     assert_eq!(r.headers["x-sim-worker"], "decode-0");
+    // The reuse shows in the engines' counters: the prefill computed the 70 warm-up tokens,
+    // then hit 64 of the leg's 100; the decode got all 100 from the transfer.
+    let (ps, ds) = (p.stats(), d.stats());
+    assert_eq!(
+        (ps.prefix_cache_hits, ps.prompt_tokens_local_compute),
+        (64, 70 + 36)
+    );
+    assert_eq!(
+        (
+            ds.prefix_cache_queries,
+            ds.prefix_cache_hits,
+            ds.prompt_tokens_local_compute,
+            ds.prompt_tokens_external_kv_transfer
+        ),
+        (100, 0, 0, 100)
+    );
+    let dm = metrics(&d).await;
+    assert_metric_lines(
+        &dm,
+        &[r#"vllm:prompt_tokens_by_source_total{engine="0",model_name="pdgate-sim",source="external_kv_transfer"} 100"#.to_string()],
+    );
     let (ps, ds) = (p.stats(), d.stats());
     assert_eq!(
         (ps.leases, ps.kv_blocks_used, ps.pulls_served),

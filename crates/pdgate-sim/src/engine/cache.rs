@@ -7,7 +7,9 @@
 //! are *reserved*: admission never hands them to anyone else, so a running request always gets
 //! the blocks it grows into and nothing is ever preempted.
 
+use super::events::CacheEvents;
 use lru::LruCache;
+use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 use xxhash_rust::xxh3::Xxh3;
 
@@ -55,11 +57,19 @@ pub struct PrefixCache {
     cached: LruCache<BlockId, ()>,
     referenced: usize,
     reserved: usize,
+    /// KV events of the current step.
+    pub events: CacheEvents,
 }
 
 impl PrefixCache {
-    /// An empty cache of `num_blocks` blocks.
+    /// An empty cache of `num_blocks` blocks that records no events.
+    #[cfg(test)]
     pub fn new(num_blocks: usize) -> Self {
+        Self::with_events(num_blocks, CacheEvents::default())
+    }
+
+    /// An empty cache of `num_blocks` blocks recording its changes in `events`.
+    pub fn with_events(num_blocks: usize, events: CacheEvents) -> Self {
         PrefixCache {
             refcount: vec![0; num_blocks],
             hash_of: vec![None; num_blocks],
@@ -68,6 +78,7 @@ impl PrefixCache {
             cached: LruCache::unbounded(),
             referenced: 0,
             reserved: 0,
+            events,
         }
     }
 
@@ -126,6 +137,7 @@ impl PrefixCache {
                 let (id, ()) = self.cached.pop_lru()?;
                 if let Some(h) = self.hash_of[id as usize].take() {
                     self.by_hash.remove(&h);
+                    self.events.removed(h);
                 }
                 id
             }
@@ -152,12 +164,33 @@ impl PrefixCache {
     }
 
     /// Publishes a computed full block under `hash`. A hash already published (another request
-    /// computed the same prefix concurrently) keeps its block; this one stays private.
-    pub fn register(&mut self, id: BlockId, hash: u64) {
-        if self.hash_of[id as usize].is_none() && !self.by_hash.contains_key(&hash) {
-            self.by_hash.insert(hash, id);
+    /// computed the same prefix concurrently, or a prompt of whole blocks recomputed its last
+    /// one) keeps its block; this one stays private. Returns whether the block is announced
+    /// (`BlockStored`): vLLM announces a recomputed block again even when its hash is cached,
+    /// and never a block that already carries its hash (a prefix hit).
+    pub fn register(&mut self, id: BlockId, hash: u64) -> bool {
+        if self.hash_of[id as usize].is_some() {
+            return false;
+        }
+        if let Entry::Vacant(e) = self.by_hash.entry(hash) {
+            e.insert(id);
             self.hash_of[id as usize] = Some(hash);
         }
+        true
+    }
+
+    /// Forgets every hash (`/reset_prefix_cache`): cached blocks become free, referenced
+    /// blocks stay with their requests but are no longer found by a prefix lookup; records
+    /// `AllBlocksCleared`.
+    pub fn reset(&mut self) {
+        for h in &mut self.hash_of {
+            *h = None;
+        }
+        self.by_hash.clear();
+        while let Some((id, ())) = self.cached.pop_lru() {
+            self.free.push(id);
+        }
+        self.events.cleared();
     }
 
     /// Drops one reference on each of `blocks` (a request's blocks in prompt order). Blocks

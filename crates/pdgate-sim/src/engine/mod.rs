@@ -8,17 +8,20 @@
 
 pub mod cache;
 pub mod ec;
+pub mod events;
 pub mod lease;
 pub mod sched;
 pub mod seq;
 
 use crate::config::SimConfig;
 use crate::handoff::{PullGrant, PullRequest, Rejection};
+use crate::kv_events::publish::{event_type, EventSink, SendError};
 use crate::metrics::Metrics;
 use crate::pull::{PullRejection, Refusal};
 use crate::stats::{tally, WorkerStats};
 use cache::{block_hashes, blocks_for, prompt_fingerprint};
 use parking_lot::Mutex;
+use pdgate_api::kv_events::KvEvent;
 use prometheus::IntCounterVec;
 use sched::{EngineState, Plan};
 pub use seq::{Finish, SeqEvent, SeqMode};
@@ -41,8 +44,6 @@ pub struct SeqRequest {
     pub max_tokens: usize,
     /// Local, prefill leg, or remote-prefilled decode leg.
     pub mode: SeqMode,
-    /// `cached_tokens` to report for a remote decode (the prefill side's).
-    pub remote_cached: usize,
     /// When the request reached the worker.
     pub arrived: Instant,
 }
@@ -64,24 +65,65 @@ pub struct Engine {
     notify: Notify,
     metrics: Arc<Metrics>,
     cfg: SimConfig,
+    /// Where each step's KV events go (`None`: KV events are off).
+    events: Option<EventSink>,
     /// Unique engine id (`remote_engine_id`).
     pub engine_id: String,
 }
 
 impl Engine {
-    /// A new idle engine; start it with [`Engine::run`].
+    /// A new idle engine; start it with [`Engine::run`]. Each step's KV events go to
+    /// `events` (recorded only when `cfg` enables them).
     pub fn new(
         cfg: SimConfig,
         engine_id: String,
         revision: Option<String>,
         metrics: Arc<Metrics>,
+        events: Option<EventSink>,
     ) -> Self {
         Engine {
             state: Mutex::new(EngineState::new(cfg.clone(), engine_id.clone(), revision)),
             notify: Notify::new(),
             metrics,
             cfg,
+            events,
             engine_id,
+        }
+    }
+
+    /// Empties the prefix cache (`POST /reset_prefix_cache`) and publishes `AllBlocksCleared`
+    /// in a batch of its own (events recorded before it go first).
+    pub fn reset_prefix_cache(&self) {
+        let events = {
+            let mut st = self.state.lock();
+            st.reset_prefix_cache();
+            st.take_events()
+        };
+        self.publish(events);
+    }
+
+    /// Hands one batch of events to the publisher; a full queue drops it (logged, counted
+    /// in `pdgate_sim_kv_events_total{type="dropped_batch"}`).
+    fn publish(&self, events: Vec<KvEvent>) {
+        let Some(sink) = &self.events else { return };
+        if events.is_empty() {
+            return;
+        }
+        let types: Vec<&'static str> = events.iter().map(event_type).collect();
+        match sink.send(events) {
+            Ok(()) => {
+                for t in types {
+                    self.metrics.kv_events.with_label_values(&[t]).inc();
+                }
+                self.count(|c| c.kv_event_batches += 1);
+            }
+            Err(e @ SendError::Full) | Err(e @ SendError::Closed) => {
+                self.metrics
+                    .kv_events
+                    .with_label_values(&["dropped_batch"])
+                    .inc();
+                tracing::warn!(engine = %self.engine_id, events = types.len(), error = %e, "KV event batch dropped");
+            }
         }
     }
 
@@ -122,16 +164,9 @@ impl Engine {
         if st.closed {
             return Err(SubmitError::Closed);
         }
-        let mut seq = seq::Seq::new(
-            tx,
-            req.mode,
-            prompt,
-            hashes,
-            out,
-            req.arrived,
-            req.remote_cached,
-        );
-        seq.fingerprint = prompt_fingerprint(&req.tokens);
+        let fingerprint = prompt_fingerprint(&req.tokens);
+        let mut seq = seq::Seq::new(tx, req.mode, req.tokens, hashes, out, req.arrived);
+        seq.fingerprint = fingerprint;
         st.waiting.push_back(seq);
         drop(st);
         self.notify.notify_one();
@@ -200,7 +235,17 @@ impl Engine {
         let mut deadline: Option<Instant> = None;
         loop {
             let now = Instant::now();
-            let plan = self.state.lock().plan(now, &self.metrics);
+            let (plan, events) = {
+                let mut st = self.state.lock();
+                let plan = st.plan(now, &self.metrics);
+                // An idle plan ends no step: what it changed is published now.
+                let events = match plan {
+                    Plan::Idle(_) => st.take_events(),
+                    Plan::Step(_) => Vec::new(),
+                };
+                (plan, events)
+            };
+            self.publish(events);
             match plan {
                 Plan::Step(ms) => {
                     let start = match deadline {
@@ -214,7 +259,14 @@ impl Engine {
                         tokio::task::yield_now().await;
                     }
                     deadline = Some(end);
-                    self.state.lock().complete(Instant::now(), &self.metrics);
+                    let events = {
+                        let mut st = self.state.lock();
+                        st.complete(Instant::now(), &self.metrics);
+                        st.take_events()
+                    };
+                    // One batch per step: admission (evictions, a decode leg's stored
+                    // blocks) and the step's computed blocks, in the engine's order.
+                    self.publish(events);
                 }
                 Plan::Idle(wake) => {
                     deadline = None;

@@ -4,6 +4,7 @@
 
 use super::cache::{block_hashes, blocks_for, BlockId, PrefixCache};
 use super::ec::EcLease;
+use super::events::CacheEvents;
 use super::lease::{Ended, Holder, Lease, Leases};
 use super::seq::{Finish, LeaseInfo, Seq, SeqEvent, SeqMode};
 use crate::config::SimConfig;
@@ -12,6 +13,7 @@ use crate::handoff::{KvRefusal, PullGrant, PullRequest, Rejection};
 use crate::metrics::Metrics;
 use crate::pull::Pull;
 use crate::stats::WorkerStats;
+use pdgate_api::kv_events::KvEvent;
 use std::collections::VecDeque;
 use tokio::time::Instant;
 
@@ -46,8 +48,9 @@ pub struct EngineState {
 impl EngineState {
     /// A fresh engine.
     pub fn new(cfg: SimConfig, engine_id: String, revision: Option<String>) -> Self {
+        let events = CacheEvents::new(cfg.kv_events_enabled(), cfg.block_size);
         EngineState {
-            cache: PrefixCache::new(cfg.num_gpu_blocks),
+            cache: PrefixCache::with_events(cfg.num_gpu_blocks, events),
             cfg,
             engine_id,
             revision,
@@ -119,8 +122,10 @@ impl EngineState {
             s.reserved = lifetime - prompt_blocks;
             self.cache.reserve(s.reserved);
             let hit_tokens = n_hits * bs;
-            m.prefix_queries.inc_by(s.prompt_len as u64);
-            m.prefix_hits.inc_by(hit_tokens as u64);
+            // A decode leg's other prompt tokens came from the prefill (external KV).
+            let external = if remote { s.prompt_len - hit_tokens } else { 0 };
+            self.count_admission(m, s.prompt_len, hit_tokens, external);
+            s.reported_cached = hit_tokens;
             if remote {
                 s.computed = s.prompt_len;
                 s.register_blocks(&mut self.cache, bs);
@@ -129,7 +134,6 @@ impl EngineState {
             } else {
                 s.computed = hit_tokens;
                 s.registered = hit_tokens / bs;
-                s.reported_cached = hit_tokens;
                 s.chunk = (s.prompt_len - s.computed).min(budget);
                 budget -= s.chunk;
                 uncached += s.chunk;
@@ -142,6 +146,41 @@ impl EngineState {
             return Plan::Idle(next.into_iter().flatten().min());
         }
         Plan::Step(cost::step_ms(uncached, decoding > 0, self.cache.usage()))
+    }
+
+    /// Counts an admitted request's prompt tokens as vLLM does: the prefix-cache lookup
+    /// (`prefix_cache_queries`/`hits`, tokens) and `prompt_tokens_by_source`
+    /// (`local_cache_hit` = `hits`, `external_kv_transfer` = `external`, `local_compute` = the
+    /// rest). Source: vLLM `vllm/v1/metrics/stats.py` (`PromptTokenStats`).
+    fn count_admission(&mut self, m: &Metrics, prompt: usize, hits: usize, external: usize) {
+        let computed = prompt - hits - external;
+        m.prefix_queries.inc_by(prompt as u64);
+        m.prefix_hits.inc_by(hits as u64);
+        for (source, n) in [
+            ("local_compute", computed),
+            ("local_cache_hit", hits),
+            ("external_kv_transfer", external),
+        ] {
+            m.prompt_tokens_by_source
+                .with_label_values(&[source])
+                .inc_by(n as u64);
+        }
+        let c = &mut self.counters;
+        c.prefix_cache_queries += prompt as u64;
+        c.prefix_cache_hits += hits as u64;
+        c.prompt_tokens_local_compute += computed as u64;
+        c.prompt_tokens_local_cache_hit += hits as u64;
+        c.prompt_tokens_external_kv_transfer += external as u64;
+    }
+
+    /// Empties the prefix cache (`POST /reset_prefix_cache`); records `AllBlocksCleared`.
+    pub fn reset_prefix_cache(&mut self) {
+        self.cache.reset();
+    }
+
+    /// The KV events recorded since the last call, in the engine's order.
+    pub fn take_events(&mut self) -> Vec<KvEvent> {
+        self.cache.events.take()
     }
 
     /// Ends the step planned last: prefills advance, every request that finished its prefill

@@ -49,6 +49,8 @@ pub struct Seq {
     pub(super) tx: UnboundedSender<SeqEvent>,
     pub(super) mode: SeqMode,
     pub(super) prompt_len: usize,
+    /// Prompt token ids (the `token_ids` of its `BlockStored` events).
+    pub(super) tokens: Vec<u32>,
     /// Chained hashes of the prompt's full blocks.
     pub(super) hashes: Vec<u64>,
     /// Fingerprint of the whole prompt (`cache::prompt_fingerprint`), kept on its lease.
@@ -68,7 +70,8 @@ pub struct Seq {
     pub(super) chunk: usize,
     /// Decodes one token in the current step.
     pub(super) decode: bool,
-    /// `cached_tokens` to report.
+    /// `cached_tokens` to report: prompt tokens found in this engine's own cache (never the
+    /// tokens of a remote prefill, as vLLM 0.32 reports a decode leg).
     pub(super) reported_cached: usize,
 }
 
@@ -77,16 +80,16 @@ impl Seq {
     pub fn new(
         tx: UnboundedSender<SeqEvent>,
         mode: SeqMode,
-        prompt_len: usize,
+        tokens: Vec<u32>,
         hashes: Vec<u64>,
         max_tokens: usize,
         arrived: Instant,
-        reported_cached: usize,
     ) -> Self {
         Seq {
             tx,
             mode,
-            prompt_len,
+            prompt_len: tokens.len(),
+            tokens,
             hashes,
             fingerprint: 0,
             max_tokens,
@@ -98,16 +101,42 @@ impl Seq {
             generated: 0,
             chunk: 0,
             decode: false,
-            reported_cached,
+            reported_cached: 0,
         }
     }
 
-    /// Publishes the full prompt blocks computed so far.
+    /// Publishes the full prompt blocks computed so far, and records one `BlockStored` per
+    /// run of consecutive announced blocks (in practice one per call: the blocks of a prefix
+    /// hit, which are not announced again, come first).
     pub(super) fn register_blocks(&mut self, cache: &mut PrefixCache, block_size: usize) {
         let full = (self.computed / block_size).min(self.hashes.len());
+        let mut run: Option<usize> = None;
         for i in self.registered..full {
-            cache.register(self.blocks[i], self.hashes[i]);
+            let announced = cache.register(self.blocks[i], self.hashes[i]);
+            match (announced, run) {
+                (true, None) => run = Some(i),
+                (false, Some(start)) => {
+                    self.announce(cache, start, i, block_size);
+                    run = None;
+                }
+                _ => {}
+            }
+        }
+        if let Some(start) = run {
+            self.announce(cache, start, full, block_size);
         }
         self.registered = self.registered.max(full);
+    }
+
+    /// Records `BlockStored` for prompt blocks `start..end`.
+    fn announce(&self, cache: &mut PrefixCache, start: usize, end: usize, block_size: usize) {
+        if !cache.events.enabled() {
+            return;
+        }
+        let parent = start.checked_sub(1).map(|p| self.hashes[p]);
+        let tokens = &self.tokens[start * block_size..end * block_size];
+        cache
+            .events
+            .stored(self.hashes[start..end].to_vec(), parent, tokens);
     }
 }

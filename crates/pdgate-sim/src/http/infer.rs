@@ -46,7 +46,6 @@ struct Outcome {
     shape: Shape,
     seed: u64,
     max_tokens: usize,
-    remote_cached: Option<usize>,
     kv_params: Option<Value>,
 }
 
@@ -87,13 +86,10 @@ async fn infer(w: Arc<Worker>, kind: ApiKind, headers: HeaderMap, body: Bytes) -
     }
     let tokens = tokenizer::prompt_tokens(&req.prompt);
     let mut max_tokens = req.max_tokens.map_or(DEFAULT_MAX_TOKENS, |m| m as usize);
-    let (mut mode, mut remote_cached) = (SeqMode::Local, None);
+    let mut mode = SeqMode::Local;
     match &params {
         Some(p) if p.do_remote_prefill => match remote_prefill(&w, p, &tokens).await {
-            Ok(cached) => {
-                mode = SeqMode::RemoteDecode;
-                remote_cached = Some(cached);
-            }
+            Ok(()) => mode = SeqMode::RemoteDecode,
             Err(f) => return error(f.status, f.message()),
         },
         Some(p) if p.do_remote_decode => {
@@ -112,7 +108,6 @@ async fn infer(w: Arc<Worker>, kind: ApiKind, headers: HeaderMap, body: Bytes) -
         tokens: tokens.clone(),
         max_tokens,
         mode,
-        remote_cached: remote_cached.unwrap_or(0),
         arrived,
     }) {
         Ok(rx) => rx,
@@ -125,7 +120,6 @@ async fn infer(w: Arc<Worker>, kind: ApiKind, headers: HeaderMap, body: Bytes) -
         shape: Shape::new(kind, &request_id, &w.cfg.model, req.n),
         seed: tokenizer::output_seed(&tokens),
         max_tokens,
-        remote_cached,
         kv_params: None,
     };
     if req.stream {
@@ -149,13 +143,14 @@ async fn inject_and_delay(w: &Worker) -> Option<Response> {
     None
 }
 
-/// Pulls the prompt's KV from the prefill named in `p` and waits the transfer cost; returns the
-/// prefill side's cached tokens.
+/// Pulls the prompt's KV from the prefill named in `p` and waits the transfer cost. The
+/// transferred tokens are not `cached_tokens` of the decode leg (vLLM 0.32 reports 0 for
+/// them); the engine counts them under `prompt_tokens_by_source{source="external_kv_transfer"}`.
 async fn remote_prefill(
     w: &Worker,
     p: &KvTransferParams,
     tokens: &[u32],
-) -> Result<usize, HandoffFailure> {
+) -> Result<(), HandoffFailure> {
     let result = async {
         if p.do_remote_decode {
             return Err(Rejection::Malformed(
@@ -189,16 +184,15 @@ async fn remote_prefill(
         w.cfg.kv_setup_ms,
     );
     tokio::time::sleep(w.cfg.scaled(ms)).await;
-    Ok(grant.cached_tokens)
+    Ok(())
 }
 
 impl Outcome {
     fn usage(&self, fin: &Finish) -> pdgate_api::Usage {
-        let cached = self.remote_cached.unwrap_or(fin.cached_tokens);
         shape::usage(
             fin.prompt_tokens,
             self.max_tokens * self.shape.n as usize,
-            cached,
+            fin.cached_tokens,
         )
     }
 

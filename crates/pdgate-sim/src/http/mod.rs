@@ -5,12 +5,14 @@
 
 mod encode;
 mod infer;
+mod render;
 pub mod shape;
 
 use crate::config::{SimConfig, WorkerSpec};
 use crate::ec_handoff::EC_PULL_PATH;
 use crate::engine::Engine;
 use crate::handoff::{PullRequest, PULL_PATH};
+use crate::kv_events::config::KvEventSource;
 use crate::metrics::Metrics;
 use crate::pull::{Pull, PullRejection};
 use axum::extract::{DefaultBodyLimit, Request, State};
@@ -48,6 +50,8 @@ pub struct Worker {
     pub client: reqwest::Client,
     /// When this worker's encoder is free again (encoding is FIFO per worker).
     pub encoder_free_at: parking_lot::Mutex<tokio::time::Instant>,
+    /// This worker's KV-event publisher, as `GET /kv_event_sources` lists it.
+    pub kv_source: Option<KvEventSource>,
     name_header: HeaderValue,
     role_header: HeaderValue,
     revision_header: Option<HeaderValue>,
@@ -63,6 +67,7 @@ impl Worker {
         metrics: Arc<Metrics>,
         addr: SocketAddr,
         advertise_host: String,
+        kv_source: Option<KvEventSource>,
     ) -> anyhow::Result<Self> {
         let value = |what: &str, v: &str| {
             HeaderValue::from_str(v)
@@ -88,6 +93,7 @@ impl Worker {
             metrics,
             addr,
             advertise_host,
+            kv_source,
         })
     }
 }
@@ -97,6 +103,13 @@ pub fn router(worker: Arc<Worker>) -> Router {
     Router::new()
         .route("/v1/completions", post(infer::completions))
         .route("/v1/chat/completions", post(infer::chat_completions))
+        .route("/v1/completions/render", post(render::completions))
+        .route(
+            "/v1/chat/completions/render",
+            post(render::chat_completions),
+        )
+        .route("/reset_prefix_cache", post(reset_prefix_cache))
+        .route("/kv_event_sources", get(kv_event_sources))
         .route("/v1/models", get(models))
         .route("/health", get(|| async { StatusCode::OK }))
         .route("/metrics", get(metrics))
@@ -170,6 +183,19 @@ async fn metrics(State(w): State<Arc<Worker>>) -> Response {
         w.metrics.render(),
     )
         .into_response()
+}
+
+/// `POST /reset_prefix_cache`: empties the prefix cache (publishing `AllBlocksCleared`);
+/// 200 with an empty body, as vLLM answers.
+async fn reset_prefix_cache(State(w): State<Arc<Worker>>) -> Response {
+    w.engine.reset_prefix_cache();
+    tracing::info!(worker = %w.spec.name, "prefix cache reset");
+    StatusCode::OK.into_response()
+}
+
+/// `GET /kv_event_sources`: vLLM's discovery list (a bare array; empty when KV events are off).
+async fn kv_event_sources(State(w): State<Arc<Worker>>) -> Response {
+    Json(w.kv_source.iter().collect::<Vec<_>>()).into_response()
 }
 
 async fn info(State(w): State<Arc<Worker>>) -> Response {
