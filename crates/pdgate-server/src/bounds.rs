@@ -67,6 +67,25 @@ impl ScrapeObserver for ScrapeEffects {
         self.metrics.engine_restarts.inc();
         self.scheduler.forget_endpoint(endpoint);
     }
+
+    /// An approximate index with `autoTune` adopts the engine's block size when it differs
+    /// from its own (forgetting what it learnt under the old size): logged and counted
+    /// (`pdgate_prefix_block_size_adopted_total`). Engines of one pool share a block size, so
+    /// this happens once, on the first scrape.
+    fn engine_block_size(&self, endpoint: &str, block_tokens: u32) {
+        if self
+            .scheduler
+            .adopt_engine_block_size(block_tokens as usize)
+        {
+            self.metrics.block_size_adopted.inc();
+            tracing::info!(
+                endpoint,
+                block_tokens,
+                "approximate prefix index adopted the engine's KV block size \
+                 (vllm:cache_config_info); its earlier entries are dropped"
+            );
+        }
+    }
 }
 
 #[cfg(test)]
@@ -98,5 +117,23 @@ mod tests {
         registry.apply(vec![]);
         assert_eq!(scheduler.prefix_stats().endpoints, 0);
         assert!(breakers.snapshot().is_empty());
+    }
+
+    #[test]
+    fn an_engine_block_size_is_adopted_once_logged_and_counted() {
+        let scheduler = Arc::new(
+            Scheduler::from_yaml(pdgate_scheduler::DEFAULT_CONFIG_YAML, "default").unwrap(),
+        );
+        let metrics = Arc::new(Metrics::new());
+        let effects = ScrapeEffects {
+            scheduler: scheduler.clone(),
+            metrics: metrics.clone(),
+        };
+        // The default's approximate producer (autoTune on, 16-token blocks) meets vLLM's 32.
+        effects.engine_block_size("a", 32);
+        effects.engine_block_size("b", 32);
+        assert_eq!(metrics.block_size_adopted.get(), 1);
+        effects.engine_block_size("a", 16);
+        assert_eq!(metrics.block_size_adopted.get(), 2);
     }
 }

@@ -60,6 +60,10 @@ pub struct Metrics {
     /// `pdgate_engine_restarts_total`: engine restarts seen by the scraper (each drops the
     /// endpoint's prefix-cache credit).
     pub engine_restarts: IntCounter,
+    /// `pdgate_prefix_block_size_adopted_total`: times an approximate prefix index with
+    /// `autoTune` adopted an engine's KV block size (`vllm:cache_config_info{block_size}`)
+    /// that differed from its own.
+    pub block_size_adopted: IntCounter,
     /// `pdgate_untrusted_headers_dropped_total{header}`: coordinator-to-router headers sent
     /// by callers that are not trusted coordinators (`crate::trust`), dropped unread.
     pub untrusted_headers_dropped: IntCounterVec,
@@ -216,6 +220,10 @@ impl Metrics {
         );
         let counter =
             |name: &str, help: &str| reg(&r, IntCounter::new(name, help).expect("valid metric"));
+        let block_size_adopted = counter(
+            "pdgate_prefix_block_size_adopted_total",
+            "Approximate prefix indexes (autoTune) that adopted an engine's differing KV block size.",
+        );
         let int_gauge =
             |name: &str, help: &str| reg(&r, IntGauge::new(name, help).expect("valid metric"));
         let untrusted_headers_dropped = counter_vec(
@@ -305,6 +313,7 @@ impl Metrics {
             prefill_fallbacks,
             scrape_errors,
             engine_restarts,
+            block_size_adopted,
             untrusted_headers_dropped,
             accept_errors,
             client_connections,

@@ -56,6 +56,9 @@ pub trait ScrapeObserver: Send + Sync + 'static {
     fn scrape_failed(&self, endpoint: &str);
     /// `endpoint`'s engine restarted: its caches are empty.
     fn engine_restarted(&self, endpoint: &str);
+    /// `endpoint`'s engine reported its KV block size (`vllm:cache_config_info{block_size}`,
+    /// tokens) on a successful scrape. Default: nothing.
+    fn engine_block_size(&self, _endpoint: &str, _block_tokens: u32) {}
 }
 
 /// How the scraper runs.
@@ -174,6 +177,9 @@ async fn scrape_one(
         Ok(body) => {
             let g = parse_engine_metrics(&String::from_utf8_lossy(&body));
             job.load.set_scraped(g.running, g.waiting, g.kv_usage);
+            if let Some(b) = g.block_size {
+                observer.engine_block_size(&job.name, b);
+            }
             let start_time = g.start_time;
             (Scrape::Answered { start_time }, None)
         }
