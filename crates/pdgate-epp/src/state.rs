@@ -108,6 +108,8 @@ pub struct Epp {
     pub counters: EppCounters,
     /// Request body limit, bytes.
     pub max_body_bytes: usize,
+    /// The `token-producer` step (`pdgate_server::prompt_tokens`), when configured.
+    pub tokens: Option<Arc<pdgate_server::prompt_tokens::PromptTokens>>,
     draining: AtomicBool,
 }
 
@@ -119,6 +121,7 @@ impl Epp {
     pub async fn start(
         opts: EppOptions,
     ) -> Result<(Arc<Epp>, Vec<tokio::task::JoinHandle<()>>), DiscoveryError> {
+        let tokens = pdgate_server::prompt_tokens::PromptTokens::load(&opts.scheduler)?;
         let registry = Arc::new(EndpointRegistry::default());
         let metrics = Arc::new(Metrics::new());
         let counters = EppCounters::new(metrics.registry()).map_err(|e| DiscoveryError {
@@ -155,6 +158,7 @@ impl Epp {
             metrics,
             counters,
             max_body_bytes: opts.max_body_bytes,
+            tokens,
             draining: AtomicBool::new(false),
         });
         Ok((epp, tasks))

@@ -154,6 +154,8 @@ pub struct AppState {
     pub objectives: crate::flow_control::Objectives,
     /// Admission before scheduling ([`crate::flow_control`]), shared by every server thread.
     pub flow: Arc<crate::flow_control::FlowController>,
+    /// The `token-producer` step ([`crate::prompt_tokens`]), when configured.
+    pub tokens: Option<Arc<crate::prompt_tokens::PromptTokens>>,
 }
 
 /// A running server; stops its tasks when dropped.
@@ -318,6 +320,7 @@ async fn metrics(State(s): State<Arc<AppState>>) -> Response {
 pub async fn start_state(
     opts: ServeOptions,
 ) -> Result<(Arc<AppState>, Vec<tokio::task::JoinHandle<()>>), DiscoveryError> {
+    let tokens = crate::prompt_tokens::PromptTokens::load(&opts.scheduler)?;
     let registry = Arc::new(EndpointRegistry::default());
     let breakers = Arc::new(crate::breaker::Breakers::new(opts.resilience.breaker));
     crate::bounds::forget_departed(&registry, opts.scheduler.clone(), breakers.clone());
@@ -375,6 +378,7 @@ pub async fn start_state(
         trust: opts.trust,
         objectives: opts.objectives,
         flow,
+        tokens,
     });
     Ok((state, tasks))
 }
@@ -425,6 +429,7 @@ impl AppState {
             trust: self.trust.clone(),
             objectives: self.objectives.clone(),
             flow: self.flow.clone(),
+            tokens: self.tokens.clone(),
         }
     }
 }

@@ -13,8 +13,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 pub enum Backend {
     /// No token ids: the scheduler keeps hashing the text at its byte estimate.
     Estimate,
-    /// A local `tokenizer.json` and chat template.
-    Local(LocalTokenizer),
+    /// A local `tokenizer.json` and chat template (boxed: it is large).
+    Local(Box<LocalTokenizer>),
     /// An engine's render endpoints; `base` is a fixed render server (`vllm.http`), else the
     /// caller names an engine per request.
     Vllm {

@@ -106,11 +106,11 @@ async fn producer_tokenizes_its_model_and_falls_back_on_a_template_error() {
     std::fs::write(&bad, "{{ raise_exception('roles must alternate') }}").unwrap();
     let good = TokenProducer::new(
         "m",
-        Backend::Local(LocalTokenizer::load(&dir, None).unwrap()),
+        Backend::Local(Box::new(LocalTokenizer::load(&dir, None).unwrap())),
     );
     let failing = TokenProducer::new(
         "m",
-        Backend::Local(LocalTokenizer::load(&dir, Some(&bad)).unwrap()),
+        Backend::Local(Box::new(LocalTokenizer::load(&dir, Some(&bad)).unwrap())),
     );
     let parse = |kind, b: &str| InferenceRequest::parse(kind, b.as_bytes()).unwrap();
     let text = parse(ApiKind::Completions, r#"{"model":"m","prompt":"hello"}"#);

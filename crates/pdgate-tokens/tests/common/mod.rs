@@ -38,10 +38,17 @@ pub fn temp_dir(name: &str) -> PathBuf {
 
 /// Writes `tokenizer.json` and `tokenizer_config.json` into a fresh directory.
 pub fn model_dir(name: &str) -> PathBuf {
+    model_dir_with(name, VOCAB)
+}
+
+/// [`model_dir`] over `words` (id = position; `[UNK]` among them). When `<s>` is one of
+/// them it is prepended to single sequences (the post-processor of `add_special_tokens`).
+pub fn model_dir_with(name: &str, words: &[&str]) -> PathBuf {
     let dir = temp_dir(name);
-    let vocab: HashMap<String, u32> = (VOCAB.iter().enumerate())
+    let vocab: HashMap<String, u32> = (words.iter().enumerate())
         .map(|(i, w)| (w.to_string(), i as u32))
         .collect();
+    let bos = vocab.get("<s>").copied();
     let model = WordLevel::builder()
         .vocab(vocab.into_iter().collect())
         .unk_token("[UNK]".into())
@@ -49,14 +56,16 @@ pub fn model_dir(name: &str) -> PathBuf {
         .unwrap();
     let mut tok = Tokenizer::new(model);
     tok.with_pre_tokenizer(Some(Whitespace {}));
-    tok.with_post_processor(Some(
-        TemplateProcessing::builder()
-            .try_single("<s> $A")
-            .unwrap()
-            .special_tokens(vec![("<s>", 1)])
-            .build()
-            .unwrap(),
-    ));
+    if let Some(id) = bos {
+        tok.with_post_processor(Some(
+            TemplateProcessing::builder()
+                .try_single("<s> $A")
+                .unwrap()
+                .special_tokens(vec![("<s>", id)])
+                .build()
+                .unwrap(),
+        ));
+    }
     tok.add_special_tokens(&[
         AddedToken::from("<s>", true),
         AddedToken::from("<|bos|>", true),
