@@ -87,8 +87,9 @@ impl Exchange {
         self.done
     }
 
-    /// Handles one message from Envoy; returns the answers to send.
-    pub fn on_message(&mut self, msg: ProcessingRequest) -> Answers {
+    /// Handles one message from Envoy; returns the answers to send. Awaits only while a
+    /// request body is routed (the token-producer step may call an engine).
+    pub async fn on_message(&mut self, msg: ProcessingRequest) -> Answers {
         if self.done {
             return Vec::new();
         }
@@ -124,14 +125,14 @@ impl Exchange {
                 self.body.extend_from_slice(&b.body);
                 if b.end_of_stream {
                     self.body_ended = true;
-                    return self.route(true);
+                    return self.route(true).await;
                 }
                 Vec::new()
             }
             // Trailers end a request body that did not end itself: route it then.
             Some(Request::RequestTrailers(_)) if !self.body_ended => {
                 self.body_ended = true;
-                let mut out = self.route(false);
+                let mut out = self.route(false).await;
                 if !self.done {
                     out.push(messages::trailers(Half::Request));
                 }
@@ -231,7 +232,7 @@ impl Exchange {
 
     /// Routes the buffered request; its body goes back with `end_of_stream` set when
     /// `body_ends` (false when trailers end the request).
-    fn route(&mut self, body_ends: bool) -> Answers {
+    async fn route(&mut self, body_ends: bool) -> Answers {
         let body = std::mem::take(&mut self.body).freeze();
         let api = pick::api_of(&self.path);
         let Some(api) = api else {
@@ -246,6 +247,10 @@ impl Exchange {
                 Err(e) => self.reject(e),
             };
         };
+        let parsed = match pick::parse(&self.epp, api, &body).await {
+            Ok(p) => p,
+            Err(e) => return self.reject(e),
+        };
         let buffered = Buffered {
             path: &self.path,
             headers: &self.headers,
@@ -253,7 +258,7 @@ impl Exchange {
             subset: self.subset.as_ref(),
         };
         let started = std::time::Instant::now();
-        let routed = match pick::route(&self.epp, api, &buffered) {
+        let routed = match pick::route(&self.epp, parsed, &buffered) {
             Ok(r) => r,
             Err(e) => return self.reject(e),
         };

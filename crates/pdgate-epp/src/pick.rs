@@ -101,13 +101,29 @@ fn no_endpoint(subset: Option<&BTreeSet<String>>) -> ApiError {
     )
 }
 
-/// Routes an inference request of `api` (see the module docs).
+/// Parses the buffered body of `api` and runs the token-producer step shared with `serve`
+/// (`pdgate_server::prompt_tokens`): the prompt [`route`] schedules on.
+///
+/// Errors: a bad body (400, naming the field).
+pub async fn parse(
+    epp: &Epp,
+    api: ApiKind,
+    body: &bytes::Bytes,
+) -> Result<InferenceRequest, ApiError> {
+    let mut parsed = InferenceRequest::from_bytes(api, body.clone())?;
+    let snapshot = epp.registry.snapshot();
+    let tokens = epp.tokens.as_deref();
+    pdgate_server::prompt_tokens::tokenize_prompt(tokens, &mut parsed, &snapshot, &epp.metrics)
+        .await;
+    Ok(parsed)
+}
+
+/// Routes `parsed`, the buffered request `req` (see the module docs).
 ///
 /// Errors ([`ApiError`], answered as immediate responses): a bad body or hint (400), an
 /// unknown model (404), the scheduler's rejections (503 screened or no endpoint, 429
 /// saturated, pins), a subset that matches no ready endpoint (503).
-pub fn route(epp: &Epp, api: ApiKind, req: &Buffered<'_>) -> Result<Routed, ApiError> {
-    let parsed = InferenceRequest::from_bytes(api, req.body.clone())?;
+pub fn route(epp: &Epp, parsed: InferenceRequest, req: &Buffered<'_>) -> Result<Routed, ApiError> {
     let snapshot = epp.registry.snapshot();
     if !epp.registry.model_may_exist(&parsed.model) {
         return Err(ApiError::ModelNotFound(parsed.model));

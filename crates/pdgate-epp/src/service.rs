@@ -66,7 +66,7 @@ impl ExternalProcessor for EppService {
                 };
                 match msg {
                     Ok(Some(msg)) => {
-                        for answer in exchange.on_message(msg) {
+                        for answer in exchange.on_message(msg).await {
                             if tx.send(Ok(answer)).await.is_err() {
                                 return;
                             }

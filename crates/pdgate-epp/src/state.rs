@@ -110,6 +110,8 @@ pub struct Epp {
     pub max_body_bytes: usize,
     /// Engines' KV events feeding the precise prefix indexes (serve's feed); `None` without one.
     pub kv_feed: Option<Arc<pdgate_server::kv_feed::KvFeed>>,
+    /// The `token-producer` step (`pdgate_server::prompt_tokens`), when configured.
+    pub tokens: Option<Arc<pdgate_server::prompt_tokens::PromptTokens>>,
     draining: AtomicBool,
 }
 
@@ -121,6 +123,7 @@ impl Epp {
     pub async fn start(
         opts: EppOptions,
     ) -> Result<(Arc<Epp>, Vec<tokio::task::JoinHandle<()>>), DiscoveryError> {
+        let tokens = pdgate_server::prompt_tokens::PromptTokens::load(&opts.scheduler)?;
         let registry = Arc::new(EndpointRegistry::default());
         let metrics = Arc::new(Metrics::new());
         let counters = EppCounters::new(metrics.registry()).map_err(|e| DiscoveryError {
@@ -159,6 +162,7 @@ impl Epp {
             metrics,
             counters,
             max_body_bytes: opts.max_body_bytes,
+            tokens,
             draining: AtomicBool::new(false),
         });
         Ok((epp, tasks))

@@ -58,6 +58,8 @@ pub struct Built {
     pub saturation: Option<Arc<dyn crate::flow::SaturationDetector>>,
     /// Flow-control policy (fairness, ordering, usage limit).
     pub flow_policy: Option<crate::flow::plugins::FlowPolicy>,
+    /// Tokenization parameters (`token-producer`), for the front ends to act on.
+    pub token_producer: Option<Arc<crate::plugins::token_producer::TokenProducerParams>>,
     /// Effective parameters (`Value::Null` for plugins without parameters).
     pub params: Value,
 }
@@ -189,6 +191,8 @@ pub static PLUGIN_TYPES: &[PluginType] = &[
     plugins::session_affinity_scorer::TYPE,
     plugins::session_affinity_filter::TYPE,
     plugins::rollout::TYPE,
+    plugins::token_producer::TYPE,
+    plugins::token_producer::LEGACY_TYPE,
 ];
 
 /// Looks a plugin type up by name: the scheduling plugins above, then the flow-control ones

@@ -24,6 +24,7 @@ pub struct Scheduler {
     indexes: Vec<(String, PrefixSource)>,
     effective_yaml: String,
     flow: crate::flow::FlowSettings,
+    token_producer: Option<Arc<crate::plugins::token_producer::TokenProducerParams>>,
 }
 
 impl Scheduler {
@@ -53,6 +54,7 @@ impl Scheduler {
             indexes,
             effective_yaml,
             flow,
+            token_producer,
         } = config::load(yaml, source, extra)?;
         Ok(Scheduler {
             profiles,
@@ -61,7 +63,14 @@ impl Scheduler {
             indexes,
             effective_yaml,
             flow,
+            token_producer,
         })
+    }
+
+    /// The `token-producer` parameters, when the config has one: the front ends tokenize
+    /// prompts with them before [`Self::schedule`] (the scheduler does no IO).
+    pub fn token_producer(&self) -> Option<&crate::plugins::token_producer::TokenProducerParams> {
+        self.token_producer.as_deref()
     }
 
     /// Flow control and admission as configured (`featureGates`, `flowControl`, the

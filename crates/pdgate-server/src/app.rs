@@ -156,6 +156,8 @@ pub struct AppState {
     pub flow: Arc<crate::flow_control::FlowController>,
     /// Engines' KV events feeding the precise prefix indexes; `None` without one.
     pub kv_feed: Option<Arc<crate::kv_feed::KvFeed>>,
+    /// The `token-producer` step ([`crate::prompt_tokens`]), when configured.
+    pub tokens: Option<Arc<crate::prompt_tokens::PromptTokens>>,
 }
 
 /// A running server; stops its tasks when dropped.
@@ -344,6 +346,7 @@ async fn kv_index_dump(
 pub async fn start_state(
     opts: ServeOptions,
 ) -> Result<(Arc<AppState>, Vec<tokio::task::JoinHandle<()>>), DiscoveryError> {
+    let tokens = crate::prompt_tokens::PromptTokens::load(&opts.scheduler)?;
     let registry = Arc::new(EndpointRegistry::default());
     let breakers = Arc::new(crate::breaker::Breakers::new(opts.resilience.breaker));
     crate::bounds::forget_departed(&registry, opts.scheduler.clone(), breakers.clone());
@@ -403,6 +406,7 @@ pub async fn start_state(
         trust: opts.trust,
         objectives: opts.objectives,
         flow,
+        tokens,
     });
     Ok((state, tasks))
 }
@@ -454,6 +458,7 @@ impl AppState {
             objectives: self.objectives.clone(),
             flow: self.flow.clone(),
             kv_feed: self.kv_feed.clone(),
+            tokens: self.tokens.clone(),
         }
     }
 }

@@ -29,6 +29,7 @@ pub mod log_limit;
 pub mod metrics;
 pub mod owned_filter;
 pub mod plugin_metrics;
+pub mod prompt_tokens;
 pub mod proxy;
 pub mod resilience_args;
 pub mod retry;

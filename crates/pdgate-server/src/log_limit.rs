@@ -28,3 +28,6 @@ pub static BODIES_REFUSED: Site = AtomicU64::new(0);
 
 /// Coordinator headers from untrusted callers.
 pub static UNTRUSTED_HEADERS: Site = AtomicU64::new(0);
+
+/// Prompts the token-producer left at the byte estimate.
+pub static TOKENIZATION_FALLBACKS: Site = AtomicU64::new(0);

@@ -67,6 +67,13 @@ pub struct Metrics {
     /// `pdgate_untrusted_headers_dropped_total{header}`: coordinator-to-router headers sent
     /// by callers that are not trusted coordinators (`crate::trust`), dropped unread.
     pub untrusted_headers_dropped: IntCounterVec,
+    /// `pdgate_tokenizations_total{backend, outcome}`: prompts seen by the `token-producer`
+    /// (`tokenized`, `already_tokens`, `estimate`, `other_model`, `fallback`).
+    pub tokenizations: IntCounterVec,
+    /// `pdgate_tokenization_fallbacks_total{backend, reason}`: prompts left at the byte
+    /// estimate because the backend failed (`status`, `timeout`, `transport`,
+    /// `bad_response`, `no_engine`, `local`).
+    pub tokenization_fallbacks: IntCounterVec,
     /// `pdgate_accept_errors_total`: failed accepts (e.g. descriptors exhausted).
     pub accept_errors: IntCounter,
     /// `pdgate_client_connections`: client connections open (set at each render).
@@ -231,6 +238,16 @@ impl Metrics {
             "Coordinator-to-router headers from callers that are not trusted coordinators, dropped unread, by header.",
             &["header"],
         );
+        let tokenizations = counter_vec(
+            "pdgate_tokenizations_total",
+            "Prompts seen by the token-producer, by backend and outcome.",
+            &["backend", "outcome"],
+        );
+        let tokenization_fallbacks = counter_vec(
+            "pdgate_tokenization_fallbacks_total",
+            "Prompts left at the byte estimate because the token-producer backend failed, by backend and reason.",
+            &["backend", "reason"],
+        );
         let accept_errors = counter(
             "pdgate_accept_errors_total",
             "Failed accepts of client connections (e.g. descriptors exhausted).",
@@ -315,6 +332,8 @@ impl Metrics {
             engine_restarts,
             block_size_adopted,
             untrusted_headers_dropped,
+            tokenizations,
+            tokenization_fallbacks,
             accept_errors,
             client_connections,
             client_connections_refused,

@@ -295,6 +295,13 @@ async fn run(
     if !coordinator {
         drop_router_owned(state, &mut req);
     }
+    // This router schedules (per-role routers tokenize for themselves): the scheduler sees
+    // the engine's token ids when a token-producer is configured.
+    if state.routers.is_none() {
+        let snapshot = state.registry.snapshot();
+        let tokens = state.tokens.as_deref();
+        crate::prompt_tokens::tokenize_prompt(tokens, &mut req, &snapshot, &state.metrics).await;
+    }
     let mut upstream_headers = state
         .forward_rules
         .upstream_request_headers(&client_headers, rid);

@@ -46,6 +46,8 @@ pub struct Loaded {
     pub effective_yaml: String,
     /// Flow control and admission (`featureGates`, `flowControl`).
     pub flow: crate::flow::FlowSettings,
+    /// The `token-producer` parameters, when one is configured.
+    pub token_producer: Option<Arc<crate::plugins::token_producer::TokenProducerParams>>,
 }
 
 /// The plugins implementing each per-request extension point, in build order.
@@ -206,6 +208,10 @@ pub fn load_all(
             .collect(),
         effective_yaml: effective.to_yaml(),
         flow,
+        token_producer: ld
+            .built
+            .iter()
+            .find_map(|(_, _, b)| b.token_producer.clone()),
     })
 }
 

@@ -59,6 +59,12 @@ impl<'de> Deserialize<'de> for GoDuration {
     }
 }
 
+impl serde::Serialize for GoDuration {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&format(self.0))
+    }
+}
+
 /// Formats `d` the way Go prints simple durations (`30s`, `200ms`, `1m0s` is written `60s`).
 pub fn format(d: Duration) -> String {
     let ms = d.as_millis();

@@ -26,6 +26,7 @@ pub mod running_requests_size_scorer;
 pub mod session_affinity_filter;
 pub mod session_affinity_scorer;
 pub mod single_profile_handler;
+pub mod token_producer;
 pub mod weighted_random_picker;
 
 #[cfg(test)]
