@@ -420,24 +420,27 @@ async fn nixl_split(url: &str, prefill: &VllmServer, decode: &VllmServer) {
 }
 
 /// llm-d's precise prefix producer (`precise-prefix-cache-producer` feeding
-/// `prefix-cache-scorer`) reading the engines' KV events. The lead adjusts the keys after the
-/// merge: the producer's parameters, and where each endpoint's ZMQ port is given (here an
-/// endpoints-file field `kv_events_port`).
+/// `prefix-cache-scorer`) reading the engines' KV events, with the prompts tokenized by the
+/// model's own `tokenizer.json` (`token-producer`, local backend: `TOKENIZER` is replaced by
+/// the tiny model's directory) so that the router's block hashes cover the engine's token ids.
+/// Each endpoint's ZMQ port is its `pdgate.io/kv-events-port` label.
 const PRECISE_CONFIG: &str = "\
 apiVersion: llm-d.ai/v1alpha1
 kind: EndpointPickerConfig
 plugins:
+- type: token-producer
+  parameters:
+    modelName: tiny
+    local:
+      tokenizer: TOKENIZER
 - type: precise-prefix-cache-producer
   parameters:
     tokenProcessorConfig:
-      blockSize: 32
-    kvEventsConfig:
-      topicFilter: \"\"
+      blockSize: 16
 - type: prefix-cache-scorer
   parameters:
     prefixMatchInfoProducerName: precise-prefix-cache-producer
 - type: queue-scorer
-- type: kv-cache-utilization-scorer
 - type: decode-filter
 - type: max-score-picker
 schedulingProfiles:
@@ -447,9 +450,7 @@ schedulingProfiles:
   - pluginRef: prefix-cache-scorer
     weight: 3
   - pluginRef: queue-scorer
-    weight: 2
-  - pluginRef: kv-cache-utilization-scorer
-    weight: 2
+    weight: 1
   - pluginRef: max-score-picker
 ";
 
@@ -465,11 +466,27 @@ async fn once(url: &str, prompt: &str, pin: Option<&str>) -> (String, u64) {
     (a.served()[2].to_string(), usage(&a.json()).1)
 }
 
-/// Time for an engine's KV events of a finished request to reach pdgate's index.
-const EVENTS_SETTLE: Duration = Duration::from_secs(1);
+/// Canonical blocks pdgate's precise index credits to `endpoint` (`pdgate_kv_index_blocks`).
+async fn index_blocks(url: &str, endpoint: &str) -> f64 {
+    let text = reqwest::get(format!("{url}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    series(&text, "pdgate_kv_index_blocks", &[("endpoint", endpoint)]).unwrap_or(0.0)
+}
+
+/// Waits (≤ 20 s) until pdgate's index credits `endpoint` with blocks (`held`) or none.
+async fn wait_index(url: &str, endpoint: &str, held: bool) {
+    let what = format!("{endpoint} credited with blocks: {held}");
+    wait_for(Duration::from_secs(20), &what, || async {
+        (index_blocks(url, endpoint).await > 0.0) == held
+    })
+    .await;
+}
 
 #[tokio::test]
-#[ignore = "enable after precise-prefix merge (KV-event subscriber + precise index)"]
 async fn real_vllm_kv_events_drive_precise_prefix_routing() {
     let Some(home) = real_vllm::install() else {
         return;
@@ -482,13 +499,15 @@ async fn real_vllm_kv_events_drive_precise_prefix_routing() {
     let mut fleet = Fleet::start(&home, vec![spec("vllm-0", 0), spec("vllm-1", 1)]).await;
     let mut yaml = fleet.endpoints_yaml(&["decode", "decode"]);
     for s in &fleet.servers {
-        let entry = format!("address: {}\n", s.addr());
+        let labels = "labels: {llm-d.ai/role: decode";
+        let entry = format!("address: {}\n  {labels}", s.addr());
         yaml = yaml.replace(
             &entry,
-            &format!("{entry}  kv_events_port: {}\n", s.ports.kv_events),
+            &format!("{entry}, pdgate.io/kv-events-port: '{}'", s.ports.kv_events),
         );
     }
-    let router = pdgate(&yaml, Some(PRECISE_CONFIG), "precise");
+    let config = PRECISE_CONFIG.replace("TOKENIZER", home.join("tiny").to_str().unwrap());
+    let router = pdgate(&yaml, Some(&config), "precise");
     let url = router.url.as_str();
     let prompt = text(7, 300);
     let first = post(url, "/v1/completions", &[], &completion(&prompt, 1)).await;
@@ -497,7 +516,7 @@ async fn real_vllm_kv_events_drive_precise_prefix_routing() {
     let cached = cached_when_held(usage(&first.json()).0);
 
     // The holder's events credit it: repeats go there and hit its cache.
-    tokio::time::sleep(EVENTS_SETTLE).await;
+    wait_index(url, &holder, true).await;
     for _ in 0..3 {
         assert_eq!(once(url, &prompt, None).await, (holder.clone(), cached));
     }
@@ -514,11 +533,12 @@ async fn real_vllm_kv_events_drive_precise_prefix_routing() {
     // Reset the holder's cache (AllBlocksCleared), then let the other engine hold the prompt:
     // only the other one is credited now, so every repeat goes there.
     assert_eq!(fleet.servers[h].reset_prefix_cache().await, 200);
+    wait_index(url, &holder, false).await;
     assert_eq!(
         once(url, &prompt, Some(&other_name)).await,
         (other_name.clone(), 0)
     );
-    tokio::time::sleep(EVENTS_SETTLE).await;
+    wait_index(url, &other_name, true).await;
     for _ in 0..4 {
         assert_eq!(
             once(url, &prompt, None).await,
@@ -530,8 +550,9 @@ async fn real_vllm_kv_events_drive_precise_prefix_routing() {
     // The old holder takes the prompt again (pinned); then the other engine restarts empty
     // on the same address: only the old holder is credited.
     assert_eq!(once(url, &prompt, Some(&holder)).await.0, holder);
+    wait_index(url, &holder, true).await;
     fleet.servers[other].restart().await;
-    tokio::time::sleep(EVENTS_SETTLE).await;
+    wait_index(url, &other_name, false).await;
     for _ in 0..4 {
         assert_eq!(
             once(url, &prompt, None).await,
