@@ -477,13 +477,23 @@ async fn index_blocks(url: &str, endpoint: &str) -> f64 {
     series(&text, "pdgate_kv_index_blocks", &[("endpoint", endpoint)]).unwrap_or(0.0)
 }
 
-/// Waits (≤ 20 s) until pdgate's index credits `endpoint` with blocks (`held`) or none.
+/// Waits (≤ 30 s) until pdgate's index credits `endpoint` with blocks (`held`) or none;
+/// on timeout, panics with pdgate's KV-event counters and index dump.
 async fn wait_index(url: &str, endpoint: &str, held: bool) {
-    let what = format!("{endpoint} credited with blocks: {held}");
-    wait_for(Duration::from_secs(20), &what, || async {
-        (index_blocks(url, endpoint).await > 0.0) == held
-    })
-    .await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while (index_blocks(url, endpoint).await > 0.0) != held {
+        if Instant::now() > deadline {
+            let m = support::metrics(url).await;
+            let kv: Vec<&str> = m.lines().filter(|l| l.starts_with("pdgate_kv_")).collect();
+            let dump = reqwest::get(format!("{url}/debug/kv-index?sample=2")).await.unwrap();
+            panic!(
+                "{endpoint} credited with blocks: {held} not reached in 30 s\n{}\n{}",
+                kv.join("\n"),
+                dump.text().await.unwrap()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 #[tokio::test]
@@ -532,7 +542,10 @@ async fn real_vllm_kv_events_drive_precise_prefix_routing() {
 
     // Reset the holder's cache (AllBlocksCleared), then let the other engine hold the prompt:
     // only the other one is credited now, so every repeat goes there.
+    // vLLM queues `AllBlocksCleared` and publishes it with its next engine step: a short
+    // request (no full block, so nothing stored) pinned to the holder makes it step.
     assert_eq!(fleet.servers[h].reset_prefix_cache().await, 200);
+    assert_eq!(once(url, "hello", Some(&holder)).await, (holder.clone(), 0));
     wait_index(url, &holder, false).await;
     assert_eq!(
         once(url, &prompt, Some(&other_name)).await,

@@ -264,8 +264,10 @@ impl VllmServer {
             p.http
         ));
         let log = std::fs::File::create(&self.log).expect("the server log is created");
+        // `*`: vLLM binds its PUB socket only for a wildcard (or ipc/inproc) address; for a
+        // concrete host it connects out, to a subscriber that binds (llm-d's global socket).
         let events = format!(
-            r#"{{"enable_kv_cache_events":true,"publisher":"zmq","endpoint":"tcp://127.0.0.1:{}"}}"#,
+            r#"{{"enable_kv_cache_events":true,"publisher":"zmq","endpoint":"tcp://*:{}"}}"#,
             p.kv_events
         );
         let mut cmd = Command::new(self.home.join("venv/bin/python"));
