@@ -317,7 +317,10 @@ mod tests {
         let zero = parse_engine_metrics("vllm:cache_config_info{block_size=\"0\"} 1\n");
         assert_eq!(zero.block_size, None);
         let idle = parse_engine_metrics(&fixture("metrics.txt"));
-        assert_eq!((idle.block_size, idle.num_gpu_blocks), (Some(32), Some(16384)));
+        assert_eq!(
+            (idle.block_size, idle.num_gpu_blocks),
+            (Some(32), Some(16384))
+        );
     }
 
     #[test]
