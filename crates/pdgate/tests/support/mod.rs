@@ -7,7 +7,8 @@
 //!
 //! [`vllm`] adds a fake vLLM engine with a configurable `/metrics` and `/v1/models`;
 //! [`rollout`] runs the revision rollout and asserts every check; [`real_vllm`] installs and
-//! runs a real vLLM (the CPU build) with a tiny model.
+//! runs a real vLLM (the CPU build) with a tiny model; [`kv_events`] runs simulators
+//! publishing KV events and routers with the precise prefix index.
 //!
 //! Not every test file uses every helper, hence the module-wide `dead_code` allowance.
 #![allow(dead_code)]
@@ -15,6 +16,7 @@
 pub mod envoy;
 pub mod flow;
 pub mod kube;
+pub mod kv_events;
 pub mod process;
 pub mod real_vllm;
 pub mod rollout;
