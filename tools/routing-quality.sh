@@ -22,7 +22,7 @@
 # Not part of .ci/run (minutes of wall time; numbers, not pass/fail).
 # Usage: routing-quality.sh [PDGATE_BINARY] [TRACE]
 #   (default: target/release/pdgate, ../shared/traces/mooncake_conversation.jsonl)
-# Env: WORKERS (4), BLOCK_SIZE (16), GPU_BLOCKS (per worker, 4096), SIM_SPEEDUP (10),
+# Env: WORKERS (4), BLOCK_SIZE (16), GPU_BLOCKS (per worker, 131072: below ~100k the fleet-capacity LRU ceiling of 500 trace requests falls to the no-routing level — 0.042 at 16384 — and every arm ties), SIM_SPEEDUP (10),
 #   TRACE_REQUESTS (300), CHAT_REQUESTS (288), REPLAY_SPEEDUP (10), CONCURRENCY (64),
 #   MAX_OUTPUT (64), LIMIT_S (600), WORKLOADS ("trace chat"), ARMS (all of the above),
 #   KV_PORT (first KV-event port, default: a free range; pdgate learns worker i's port
@@ -36,7 +36,7 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 BIN=${1:-$HERE/../target/release/pdgate}
 TRACE=${2:-$HERE/../../shared/traces/mooncake_conversation.jsonl}
 W=${W:-$(mktemp -d)}
-WORKERS=${WORKERS:-4}; BLOCK_SIZE=${BLOCK_SIZE:-16}; GPU_BLOCKS=${GPU_BLOCKS:-4096}
+WORKERS=${WORKERS:-4}; BLOCK_SIZE=${BLOCK_SIZE:-16}; GPU_BLOCKS=${GPU_BLOCKS:-131072}
 SIM_SPEEDUP=${SIM_SPEEDUP:-10}; TRACE_REQUESTS=${TRACE_REQUESTS:-300}
 CHAT_REQUESTS=${CHAT_REQUESTS:-288}; REPLAY_SPEEDUP=${REPLAY_SPEEDUP:-10}
 CONCURRENCY=${CONCURRENCY:-64}; MAX_OUTPUT=${MAX_OUTPUT:-64}; LIMIT_S=${LIMIT_S:-600}
