@@ -22,24 +22,27 @@
 # Not part of .ci/run (minutes of wall time; numbers, not pass/fail).
 # Usage: routing-quality.sh [PDGATE_BINARY] [TRACE]
 #   (default: target/release/pdgate, ../shared/traces/mooncake_conversation.jsonl)
-# Env: WORKERS (4), BLOCK_SIZE (16), GPU_BLOCKS (per worker, 4096), SIM_SPEEDUP (10),
+# Env: WORKERS (4), BLOCK_SIZE (16), GPU_BLOCKS (per worker, 131072: below ~100k the fleet-capacity LRU ceiling of 500 trace requests falls to the no-routing level — 0.042 at 16384 — and every arm ties), SIM_SPEEDUP (10),
 #   TRACE_REQUESTS (300), CHAT_REQUESTS (288), REPLAY_SPEEDUP (10), CONCURRENCY (64),
 #   MAX_OUTPUT (64), LIMIT_S (600), WORKLOADS ("trace chat"), ARMS (all of the above),
-#   KV_PORT (first KV-event port, default: a free range), PRECISE_KV_LABEL (endpoint label
-#   key through which pdgate learns a worker's KV-event endpoint, e.g. `kv-events`; empty =
-#   none), VLLM_ROUTER (its executable; default: tools/install-vllm-router.sh), W (work dir).
+#   KV_PORT (first KV-event port, default: a free range; pdgate learns worker i's port
+#   KV_PORT+i from its endpoint label pdgate.io/kv-events-port, vllm-router from
+#   --kv-event-source), TOKEN_PROMPTS (1: every arm gets token-id prompts, chat turns as the
+#   ids the simulator computes for them, `pdgate bench --token-prompts`, because the precise
+#   index keys token ids and main has no token-producer yet; 0: chat as chat),
+#   VLLM_ROUTER (its executable; default: tools/install-vllm-router.sh), W (work dir).
 set -eu
 HERE=$(cd "$(dirname "$0")" && pwd)
 BIN=${1:-$HERE/../target/release/pdgate}
 TRACE=${2:-$HERE/../../shared/traces/mooncake_conversation.jsonl}
 W=${W:-$(mktemp -d)}
-WORKERS=${WORKERS:-4}; BLOCK_SIZE=${BLOCK_SIZE:-16}; GPU_BLOCKS=${GPU_BLOCKS:-4096}
+WORKERS=${WORKERS:-4}; BLOCK_SIZE=${BLOCK_SIZE:-16}; GPU_BLOCKS=${GPU_BLOCKS:-131072}
 SIM_SPEEDUP=${SIM_SPEEDUP:-10}; TRACE_REQUESTS=${TRACE_REQUESTS:-300}
 CHAT_REQUESTS=${CHAT_REQUESTS:-288}; REPLAY_SPEEDUP=${REPLAY_SPEEDUP:-10}
 CONCURRENCY=${CONCURRENCY:-64}; MAX_OUTPUT=${MAX_OUTPUT:-64}; LIMIT_S=${LIMIT_S:-600}
 WORKLOADS=${WORKLOADS:-trace chat}
 ARMS=${ARMS:-pdgate-precise pdgate-approx pdgate-default pdgate-rr vllm-router-kv_aware vllm-router-cache_aware vllm-router-round_robin}
-PRECISE_KV_LABEL=${PRECISE_KV_LABEL:-}
+TOKEN_PROMPTS=${TOKEN_PROMPTS:-1}
 MODEL=pdgate-sim
 [ -x "$BIN" ] || { echo "pdgate binary $BIN not found (cargo build --release -p pdgate)" >&2; exit 1; }
 [ -r "$TRACE" ] || { echo "trace $TRACE not readable" >&2; exit 1; }
@@ -151,7 +154,7 @@ start_router() { # arm
     pdgate-*)
       for i in "${!urls[@]}"; do
         local ep="${urls[$i]#http://},name=${names[$i]},role=prefill-decode"
-        [ -n "$PRECISE_KV_LABEL" ] && ep+=",$PRECISE_KV_LABEL=tcp://127.0.0.1:$((KV_PORT + i))"
+        [ "$KV_EVENTS" = 1 ] && ep+=",pdgate.io/kv-events-port=$((KV_PORT + i))"
         eps+=(--endpoint "$ep")
       done
       local cfg=()
@@ -181,6 +184,17 @@ start_router() { # arm
   esac
   wait_health "$router_url" || { tail -n 20 "$log" >&2; return 1; }
 }
+# For a pdgate arm: the KV-event counters and Σ pdgate_kv_index_blocks on its /metrics after
+# the run (the proof that the precise index consumed the fleet's events), into $W/kv-WL.txt.
+kv_index_note() { # workload arm
+  case $2 in pdgate-*) ;; *) return 0 ;; esac
+  curl -sf "$router_url/metrics" >"$W/$1-$2.metrics" || return 0
+  awk -v arm="$2" '
+    /^pdgate_kv_index_blocks[{ ]/ { blocks += $NF; n++ }
+    /^pdgate_kv_events_[a-z_]*_total[{ ]/ { split($1, a, "{"); ev[a[1]] += $NF }
+    END { printf "  %s: pdgate_kv_index_blocks sum %d over %d series", arm, blocks, n
+          for (k in ev) printf "; %s %d", k, ev[k]; print "" }' "$W/$1-$2.metrics" >>"$W/kv-$1.txt"
+}
 stop_router() { kill "$router_pid" 2>/dev/null || true; wait "$router_pid" 2>/dev/null || true; }
 
 # --- runs ---------------------------------------------------------------------------------
@@ -200,18 +214,21 @@ for wl in $WORKLOADS; do
     reset_fleet
     start_router "$arm" || { echo "$wl / $arm: router did not start" | tee -a "$W/skipped-$wl.txt" >&2; stop_router; continue; }
     em=(); for u in "${urls[@]}"; do em+=(--engine-metrics "$u"); done
+    [ "$TOKEN_PROMPTS" = 1 ] && em+=(--token-prompts)
     timeout "$LIMIT_S" "$BIN" bench --url "$router_url" "${wflags[@]}" --model "$MODEL" \
       --speedup "$REPLAY_SPEEDUP" --concurrency "$CONCURRENCY" --max-output-tokens "$MAX_OUTPUT" \
       "${em[@]}" --summary "$table" --label "$arm" --json "$W/$wl-$arm.json" --quiet \
       >"$W/$wl-$arm.txt" 2>&1 || { echo "$wl / $arm: bench failed:" >&2; tail -n 5 "$W/$wl-$arm.txt" >&2; }
+    kv_index_note "$wl" "$arm"
     stop_router
   done
 done
 stop_fleet
 for wl in $WORKLOADS; do
   echo
-  echo "== $wl ($( [ "$wl" = trace ] && echo "$TRACE_REQUESTS requests of $(basename "$TRACE")" || echo "$CHAT_REQUESTS chat turns"); $WORKERS workers × $GPU_BLOCKS blocks of $BLOCK_SIZE tokens)"
+  echo "== $wl ($( [ "$wl" = trace ] && echo "$TRACE_REQUESTS requests of $(basename "$TRACE")" || echo "$CHAT_REQUESTS chat turns"); $WORKERS workers × $GPU_BLOCKS blocks of $BLOCK_SIZE tokens$( [ "$TOKEN_PROMPTS" = 1 ] && echo "; token-id prompts"))"
   cat "$W/quality-$wl.txt"
   [ -s "$W/skipped-$wl.txt" ] && sed 's/^/  /' "$W/skipped-$wl.txt"
+  [ -s "$W/kv-$wl.txt" ] && cat "$W/kv-$wl.txt"
 done
 exit 0

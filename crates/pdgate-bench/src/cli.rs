@@ -11,7 +11,7 @@ use crate::replay::{replay, ReplayConfig};
 use crate::report::Report;
 use crate::targets::Targets;
 use crate::trace::load_mooncake;
-use crate::work::WorkItem;
+use crate::work::{WorkItem, WorkPrompt};
 use std::path::PathBuf;
 
 /// Names accepted by `--workload`.
@@ -88,6 +88,13 @@ pub struct BenchArgs {
     /// Name of this run's row in --summary (e.g. the router and policy).
     #[arg(long, value_name = "NAME", default_value = "run")]
     pub label: String,
+    /// Send every prompt as token ids to `/v1/completions`: chat messages become the ids the
+    /// simulator computes for them (flattened and tokenized by its rules, see
+    /// [`sim_prompt_tokens`]), so the engine sees the same tokens as for the chat request.
+    /// For comparing routers whose prefix index keys token ids (a precise index with no
+    /// tokenizer in front) with the others on the same prompts.
+    #[arg(long)]
+    pub token_prompts: bool,
 }
 
 fn parse_speedup(s: &str) -> Result<f64, String> {
@@ -137,7 +144,20 @@ pub fn build_work(args: &BenchArgs) -> anyhow::Result<Vec<WorkItem>> {
     if let Some(limit) = args.limit {
         work.truncate(limit);
     }
+    if args.token_prompts {
+        as_token_prompts(&mut work);
+    }
     Ok(work)
+}
+
+/// Replaces every chat prompt of `work` by the token ids the simulator computes for it
+/// ([`sim_prompt_tokens`]); token prompts are kept.
+pub fn as_token_prompts(work: &mut [WorkItem]) {
+    for item in work.iter_mut() {
+        if matches!(item.prompt, WorkPrompt::Chat(_)) {
+            item.prompt = WorkPrompt::Tokens(sim_prompt_tokens(item));
+        }
+    }
 }
 
 /// Runs `pdgate bench`: [`execute`], then prints the table on stdout, writes `--json` and
@@ -371,6 +391,34 @@ mod tests {
             (Some(PathBuf::from("t.txt")), "pdgate-precise")
         );
         assert!(parse(&["--ceiling-block-size", "0"]).is_err());
+    }
+
+    #[test]
+    fn token_prompts_turn_chat_into_the_simulator_token_ids() {
+        let a = parse(&["--limit", "3"]).unwrap();
+        assert!(!a.token_prompts);
+        let chat = build_work(&a).unwrap();
+        assert!(chat.iter().all(|w| matches!(w.prompt, WorkPrompt::Chat(_))));
+        let a = parse(&["--limit", "3", "--token-prompts"]).unwrap();
+        let tokens = build_work(&a).unwrap();
+        assert_eq!(tokens.len(), 3);
+        for (c, t) in chat.iter().zip(&tokens) {
+            // Same ids the simulator computes for the chat body; same arrival and length.
+            assert_eq!(t.prompt, WorkPrompt::Tokens(sim_prompt_tokens(c)));
+            assert_eq!(
+                (t.at_ms, t.max_tokens, t.conversation),
+                (c.at_ms, c.max_tokens, c.conversation)
+            );
+            assert_eq!(t.api(), pdgate_api::ApiKind::Completions);
+        }
+        let WorkPrompt::Tokens(first) = &tokens[0].prompt else {
+            unreachable!()
+        };
+        assert!(
+            first.len() > 10,
+            "a chat turn has a system prompt: {}",
+            first.len()
+        );
     }
 
     #[test]
