@@ -485,7 +485,9 @@ async fn wait_index(url: &str, endpoint: &str, held: bool) {
         if Instant::now() > deadline {
             let m = support::metrics(url).await;
             let kv: Vec<&str> = m.lines().filter(|l| l.starts_with("pdgate_kv_")).collect();
-            let dump = reqwest::get(format!("{url}/debug/kv-index?sample=2")).await.unwrap();
+            let dump = reqwest::get(format!("{url}/debug/kv-index?sample=2"))
+                .await
+                .unwrap();
             panic!(
                 "{endpoint} credited with blocks: {held} not reached in 30 s\n{}\n{}",
                 kv.join("\n"),
