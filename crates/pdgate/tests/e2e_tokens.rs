@@ -47,6 +47,7 @@ plugins:
 - type: approx-prefix-cache-producer
   parameters:
     blockSizeTokens: 1
+    autoTune: false     # keep one-token blocks (autoTune adopts the engines' 16)
 - type: prefix-cache-scorer
 - type: max-score-picker
 schedulingProfiles:
