@@ -197,8 +197,8 @@ async fn vllm_render_ids_are_scheduled_on_and_an_engine_without_render_falls_bac
         r#"{"model":"pdgate-sim","prompt":"alpha delta golf bravo echo"}"#
     );
 
-    // No `vllm.http`: a fleet engine is asked; the simulator has no render endpoint (404),
-    // so the prompt keeps its estimate and the request is served all the same.
+    // No `vllm.http`: a fleet engine is asked. The simulator serves the render endpoints as
+    // vLLM does, so the prompt is tokenized by it, with no fallback.
     let params = "    modelName: pdgate-sim\n    vllm: {}";
     let server = support::router(support::endpoints(&workers), &config(params)).await;
     let router = url(&server);
@@ -214,15 +214,15 @@ async fn vllm_render_ids_are_scheduled_on_and_an_engine_without_render_falls_bac
     assert_eq!(
         metric(
             &m,
-            r#"pdgate_tokenization_fallbacks_total{backend="vllm",reason="status"}"#
+            r#"pdgate_tokenizations_total{backend="vllm",outcome="tokenized"}"#
         ),
         1
     );
     assert_eq!(
         metric(
             &m,
-            r#"pdgate_tokenizations_total{backend="vllm",outcome="fallback"}"#
+            r#"pdgate_tokenization_fallbacks_total{backend="vllm",reason="status"}"#
         ),
-        1
+        0
     );
 }
