@@ -158,15 +158,12 @@ impl KvFeed {
             .iter()
             .map(|f| (&f.producer, f.index.dump(0)))
             .collect();
-        let counts: Vec<_> = dumps
-            .iter()
-            .map(|(p, d)| (p, serde_json::to_value(d.counts).unwrap_or_default()))
-            .collect();
-        if let Some((_, serde_json::Value::Object(first))) = counts.first() {
-            for key in first.keys() {
+        let counts: Vec<_> = dumps.iter().map(|(p, d)| (p, d.counts.fields())).collect();
+        if let Some((_, first)) = counts.first() {
+            for (i, (key, _)) in first.iter().enumerate() {
                 let _ = writeln!(out, "# TYPE pdgate_kv_index_{key}_total counter");
-                for (p, c) in &counts {
-                    let v = c.get(key).and_then(|v| v.as_u64()).unwrap_or(0);
+                for (p, fields) in &counts {
+                    let v = fields[i].1;
                     let _ = writeln!(out, "pdgate_kv_index_{key}_total{{producer=\"{p}\"}} {v}");
                 }
             }

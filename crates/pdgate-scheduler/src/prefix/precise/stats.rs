@@ -14,6 +14,13 @@ macro_rules! counts {
             $($(#[doc = $doc])* pub $field: u64,)*
         }
 
+        impl KvEventCounts {
+            /// `(field name, value)` pairs in declaration order, for an exporter.
+            pub fn fields(&self) -> Vec<(&'static str, u64)> {
+                vec![$((stringify!($field), self.$field),)*]
+            }
+        }
+
         /// Totals, updated once per batch.
         #[derive(Debug, Default)]
         pub(super) struct Totals {
