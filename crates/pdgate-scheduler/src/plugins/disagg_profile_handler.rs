@@ -11,6 +11,9 @@
 //!   (phase `Prefill`) + decode pick (phase `Decode`). Otherwise — no decider, decider says no,
 //!   no prefill profile, or the prefill filters leave nothing (no prefill endpoints) — the
 //!   decode pick alone with phase `Aggregated` (llm-d DisaggProfileHandler, fail open).
+//!   When the prefill pick is the decode pick itself (an endpoint of role
+//!   `prefill-decode` chosen by both profiles) and no prefill pin asks for it, the request
+//!   runs aggregated there: a split onto one endpoint adds a hop and a self-transfer.
 //!   A conditional-decode probe (`Prefer: if-available`) runs the decode profile only: the
 //!   prefill decider's `Keep` serves it aggregated on the decode pick; `Split` or `Unknown`
 //!   rejects it with 412 (`Rejection::DecodeDeferred`); no decider → always served.
@@ -139,6 +142,12 @@ impl ProfileHandler for DisaggProfileHandler {
                     .is_some_and(|d| d.decide(ctx, &decode.endpoint) == Decision::Split));
         if split {
             match runner.run(ctx, &self.prefill, Phase::Prefill) {
+                // Both picks landed on one endpoint that serves both phases: a split there
+                // would only add a hop and a KV transfer onto itself, so it runs aggregated.
+                // A prefill pin is honoured as asked.
+                Ok(prefill)
+                    if ctx.pins().prefill.is_none()
+                        && prefill.endpoint.load.uid() == decode.endpoint.load.uid() => {}
                 Ok(mut prefill) => {
                     prefill.phase = Phase::Prefill;
                     decode.phase = Phase::Decode;
