@@ -53,6 +53,11 @@ kv_event_metrics! {
     pdgate_kv_events_replays_succeeded_total,
     /// Replays that failed, timed out or came back incomplete (the endpoint is then cleared).
     pdgate_kv_events_replays_failed_total,
+    /// Histories replayed on subscribe (a stream's first batch had seq > 0 and the engine's
+    /// buffer delivered a contiguous run up to it).
+    pdgate_kv_events_history_replays_total,
+    /// History replays on subscribe that failed (the index then starts from the live stream).
+    pdgate_kv_events_history_replays_failed_total,
     /// Events of unknown type skipped.
     pdgate_kv_events_unknown_events_total,
     /// `clear` calls made on the sink (restart, gap, unsubscribed).

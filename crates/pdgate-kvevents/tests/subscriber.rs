@@ -137,6 +137,109 @@ async fn a_replay_missing_a_batch_clears() {
     assert_eq!(m.pdgate_kv_events_replays_succeeded_total, 0);
 }
 
+/// Sends seqs from `from` (each also buffered for replay) until the sink applied one;
+/// returns the sink's calls up to the last seq sent.
+async fn send_until_applied(engine: &mut FakeEngine, sink: &RecordingSink, from: u64) -> Vec<Call> {
+    let mut seq = from;
+    tokio::time::timeout(support::BOUND, async {
+        loop {
+            engine.send(&batch(seq, removed(seq))).await;
+            seq += 1;
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            if applies(1)(&sink.calls.lock()) {
+                break;
+            }
+        }
+    })
+    .await
+    .expect("the subscriber receives");
+    let last = seq - 1;
+    sink.wait_for("the last batch sent", |c| {
+        c.iter()
+            .any(|c| matches!(c, Call::Apply(_, s, _) if *s == last))
+    })
+    .await;
+    sink.take()
+}
+
+fn seqs(calls: &[Call]) -> Vec<u64> {
+    calls
+        .iter()
+        .map(|c| match c {
+            Call::Apply(_, seq, _) => *seq,
+            other => panic!("only applies expected, got {other:?}"),
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_first_batch_past_zero_replays_the_engines_history_first() {
+    let mut engine = FakeEngine::start().await;
+    // The engine ran before pdgate subscribed: seqs 0..3 are only in its replay buffer.
+    for seq in 0..3 {
+        engine.buffer_only(&batch(seq, removed(100 + seq)));
+    }
+    let sink = Arc::new(RecordingSink::default());
+    let (_sub, metrics) = subscribe(&engine, true, &sink);
+    let calls = send_until_applied(&mut engine, &sink, 3).await;
+    assert_eq!(
+        &calls[..3],
+        &[
+            Call::Apply("ep-a".into(), 0, removed(100)),
+            Call::Apply("ep-a".into(), 1, removed(101)),
+            Call::Apply("ep-a".into(), 2, removed(102)),
+        ]
+    );
+    let got = seqs(&calls);
+    assert_eq!(
+        got,
+        (0..got.len() as u64).collect::<Vec<_>>(),
+        "every seq once, in order"
+    );
+    let m = metrics.snapshot();
+    assert_eq!(m.pdgate_kv_events_history_replays_total, 1);
+    assert_eq!(m.pdgate_kv_events_history_replays_failed_total, 0);
+    assert_eq!(m.pdgate_kv_events_seq_gaps_total, 0);
+    assert_eq!(m.pdgate_kv_events_clears_total, 0);
+}
+
+#[tokio::test]
+async fn a_history_replay_starts_where_the_engines_buffer_starts() {
+    let mut engine = FakeEngine::start().await;
+    // Seq 0 and 1 already left the engine's buffer; 2..5 are there.
+    for seq in 2..5 {
+        engine.buffer_only(&batch(seq, removed(100 + seq)));
+    }
+    let sink = Arc::new(RecordingSink::default());
+    let (_sub, metrics) = subscribe(&engine, true, &sink);
+    let calls = send_until_applied(&mut engine, &sink, 5).await;
+    let got = seqs(&calls);
+    assert_eq!(got, (2..2 + got.len() as u64).collect::<Vec<_>>());
+    assert_eq!(calls[0], Call::Apply("ep-a".into(), 2, removed(102)));
+    assert_eq!(metrics.snapshot().pdgate_kv_events_history_replays_total, 1);
+}
+
+#[tokio::test]
+async fn without_a_replay_socket_a_late_subscriber_starts_from_the_live_stream() {
+    let mut engine = FakeEngine::start().await;
+    for seq in 0..3 {
+        engine.buffer_only(&batch(seq, removed(100 + seq)));
+    }
+    let sink = Arc::new(RecordingSink::default());
+    let (_sub, metrics) = subscribe(&engine, false, &sink);
+    let calls = send_until_applied(&mut engine, &sink, 3).await;
+    let got = seqs(&calls);
+    assert!(got[0] >= 3, "{got:?}");
+    let m = metrics.snapshot();
+    assert_eq!(
+        (
+            m.pdgate_kv_events_history_replays_total,
+            m.pdgate_kv_events_clears_total
+        ),
+        (0, 0)
+    );
+}
+
 #[tokio::test]
 async fn events_pass_through_untouched_cleared_duplicates_and_hybrid_groups() {
     let mut engine = FakeEngine::start().await;

@@ -1,6 +1,7 @@
 //! The apply task: seq verdicts → sink calls (the rules are in the [module docs](super)).
 
-use super::{replay, SubscriberConfig};
+use super::replay::{self, Need};
+use super::SubscriberConfig;
 use crate::log_limit::LogLimit;
 use crate::metrics::KvEventMetrics;
 use crate::seq::{SeqTracker, SeqVerdict};
@@ -61,6 +62,7 @@ pub(crate) async fn run(
 impl Applier {
     async fn batch(&mut self, batch: EventBatch) {
         match self.tracker.observe(batch.seq) {
+            SeqVerdict::First if batch.seq > 0 => self.warm_start(batch.seq).await,
             SeqVerdict::First | SeqVerdict::InOrder => {}
             SeqVerdict::Restart { previous } => {
                 KvEventMetrics::inc(&self.metrics.pdgate_kv_events_restarts_total);
@@ -75,6 +77,40 @@ impl Applier {
             SeqVerdict::Gap { missing } => self.gap(missing).await,
         }
         self.apply(&batch);
+    }
+
+    /// The first batch of a stream (a new subscription, or after a reconnect) is `seq` > 0:
+    /// the engine ran before we listened. With a replay socket, its buffered history
+    /// `..seq` is applied first (as much of it as the engine still holds, contiguous up to
+    /// `seq`), so blocks stored before the subscription are known. Without one, or if the
+    /// replay fails, those blocks stay unknown (their children are orphans, skipped):
+    /// nothing to clear.
+    async fn warm_start(&mut self, seq: u64) {
+        let Some(addr) = self.config.replay.clone() else {
+            return;
+        };
+        let endpoint = self.config.endpoint.clone();
+        match replay::fetch(
+            &addr,
+            0..seq,
+            Need::Tail,
+            self.config.replay_timeout,
+            &self.metrics,
+        )
+        .await
+        {
+            Ok(batches) => {
+                KvEventMetrics::inc(&self.metrics.pdgate_kv_events_history_replays_total);
+                tracing::info!(%endpoint, before = seq, batches = batches.len(), "kv-events: replayed the engine's buffered history on subscribe");
+                for b in &batches {
+                    self.apply(b);
+                }
+            }
+            Err(e) => {
+                KvEventMetrics::inc(&self.metrics.pdgate_kv_events_history_replays_failed_total);
+                tracing::warn!(%endpoint, before = seq, error = %e, "kv-events: history replay on subscribe failed; starting from the live stream");
+            }
+        }
     }
 
     /// Replays `missing` when possible, else clears.
@@ -92,6 +128,7 @@ impl Applier {
         match replay::fetch(
             &addr,
             missing.clone(),
+            Need::All,
             self.config.replay_timeout,
             &self.metrics,
         )

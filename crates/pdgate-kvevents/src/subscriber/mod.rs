@@ -13,7 +13,13 @@
 //!   current one. If the replay fails, times out or lacks any missed seq → `clear(Gap)`;
 //! - a seq that goes backwards or repeats → `clear(Restart)`, then apply;
 //! - the connection to the publisher dropping → `clear(Disconnected)` (the engine may be gone
-//!   or restarting); the socket reconnects, and the next batch starts a new seq stream.
+//!   or restarting); the subscriber reconnects every [`SubscriberConfig::reconnect_interval`]
+//!   (its own fixed pace, not the ZMQ library's backoff, which grows to 30 s), and the next
+//!   batch starts a new seq stream;
+//! - the first batch of a stream with seq N > 0 (the engine ran before we listened) →
+//!   with a replay socket, the engine's buffered history `..N` is applied first (a
+//!   contiguous run ending at N − 1, as far back as the engine's buffer goes), so blocks
+//!   stored before the subscription are known.
 //!
 //! The subscriber never keeps state it knows to be incomplete: every doubt is a `clear`.
 
@@ -31,7 +37,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
-use zeromq::{Socket, SocketEvent, SocketRecv, SubSocket};
+use zeromq::{Socket, SocketEvent, SocketOptions, SocketRecv, SubSocket};
 
 /// Batches a publisher's queue holds before dropping (about a second of a busy engine's
 /// steps).
@@ -40,6 +46,9 @@ pub const DEFAULT_QUEUE_CAPACITY: usize = 1024;
 pub const DEFAULT_REPLAY_TIMEOUT: Duration = Duration::from_secs(2);
 /// Pause between attempts to (re)connect to a publisher that is not there.
 pub const DEFAULT_RECONNECT_INTERVAL: Duration = Duration::from_secs(1);
+/// How long one connect attempt may retry a refused connection (the ZMQ library's own
+/// backoff, 50 ms doubling) before the subscriber pauses and starts over.
+pub const CONNECT_ATTEMPT: Duration = Duration::from_secs(2);
 
 /// One publisher to subscribe to.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -135,7 +144,9 @@ async fn receive(
     let mut drop_warn = LogLimit::default();
     let mut decode_warn = LogLimit::default();
     loop {
-        let mut sub = SubSocket::new();
+        let mut options = SocketOptions::default();
+        options.connect_timeout(CONNECT_ATTEMPT);
+        let mut sub = SubSocket::with_options(options);
         let mut monitor = sub.monitor();
         if let Err(e) = sub.connect(&config.publish).await {
             if let Some(n) = connect_warn.allow() {
@@ -188,10 +199,10 @@ async fn receive(
                 event = monitor.next(), if monitor_open => {
                     monitor_open = event.is_some();
                     if let Some(SocketEvent::Disconnected(_)) = event {
-                        tracing::info!(endpoint, "kv-events: publisher disconnected");
-                        if tx.send(Item::Disconnected).await.is_err() {
-                            return;
-                        }
+                        // Reconnect at our own pace: the socket's own reconnect backs
+                        // off to 30 s, and a restarted engine's first events would be lost.
+                        tracing::info!(endpoint, "kv-events: publisher disconnected; reconnecting");
+                        break;
                     }
                 }
             }

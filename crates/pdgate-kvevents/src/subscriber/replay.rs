@@ -26,14 +26,27 @@ pub(crate) enum ReplayError {
     Incomplete { got: usize, wanted: usize },
 }
 
-/// The batches `missing` (in order), from the replay socket at `addr`, within `deadline`.
+/// How much of the asked range a replay must deliver.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Need {
+    /// Every seq of the range (a gap: anything less leaves a hole in the index).
+    All,
+    /// A contiguous run ending at the range's last seq, starting wherever the engine's
+    /// buffer starts (a warm start: blocks whose parents precede the run are orphans,
+    /// skipped, so a partial history is still exact).
+    Tail,
+}
+
+/// The batches of `missing` (in order, as `need` requires) from the replay socket at
+/// `addr`, within `deadline`.
 pub(crate) async fn fetch(
     addr: &str,
     missing: Range<u64>,
+    need: Need,
     deadline: Duration,
     metrics: &KvEventMetrics,
 ) -> Result<Vec<EventBatch>, ReplayError> {
-    tokio::time::timeout(deadline, exchange(addr, missing, metrics))
+    tokio::time::timeout(deadline, exchange(addr, missing, need, metrics))
         .await
         .map_err(|_| ReplayError::Timeout(deadline))?
 }
@@ -41,6 +54,7 @@ pub(crate) async fn fetch(
 async fn exchange(
     addr: &str,
     missing: Range<u64>,
+    need: Need,
     metrics: &KvEventMetrics,
 ) -> Result<Vec<EventBatch>, ReplayError> {
     let mut dealer = DealerSocket::new();
@@ -75,8 +89,16 @@ async fn exchange(
         out.push(decoded.batch);
     }
     let wanted = (missing.end - missing.start) as usize;
-    let contiguous = out.iter().zip(missing.clone()).all(|(b, seq)| b.seq == seq);
-    if out.len() != wanted || !contiguous {
+    let first = match need {
+        Need::All => missing.start,
+        Need::Tail => missing.end - out.len() as u64,
+    };
+    let contiguous = out.iter().zip(first..).all(|(b, seq)| b.seq == seq);
+    let enough = match need {
+        Need::All => out.len() == wanted,
+        Need::Tail => true,
+    };
+    if !enough || !contiguous {
         return Err(ReplayError::Incomplete {
             got: out.len(),
             wanted,
