@@ -1,18 +1,16 @@
 //! One endpoint's part of the precise index: its engine blocks (engine hash → what they
-//! produced, the keys of removals), its canonical credits with refcounts, and its
-//! speculative credits. Events are re-cut from the engine's block size E to the canonical
+//! produced, the keys of removals), the order of its speculative credits, and counts. Its
+//! credits themselves (refcounts included) live in the shared map ([`Shards`]), one lookup
+//! per canonical block. Events are re-cut from the engine's block size E to the canonical
 //! size C by carrying the tokens past the last canonical boundary along the engine's chain.
 
-use super::holders::Shards;
+use super::engine_blocks::EngineBlocks;
+use super::holders::{Confirmed, Shards, Speculated};
 use super::stats::KvEventCounts;
 use crate::prefix::{chain, seed, token_block_hash};
-use lru::LruCache;
 use pdgate_api::kv_events::{BlockStored, EngineHash};
 use smallvec::SmallVec;
-use std::collections::hash_map::Entry as MapEntry;
-use std::collections::{HashMap, VecDeque};
-
-type Fast = foldhash::fast::RandomState;
+use std::collections::VecDeque;
 
 /// What one engine block produced.
 #[derive(Debug)]
@@ -28,15 +26,6 @@ pub(super) struct EngineBlock {
     /// Canonical blocks completed by a later engine block with some of this block's tokens:
     /// `(that block, canonical hash)`; removing this block drops them too.
     feeds: SmallVec<[(EngineHash, u64); 1]>,
-}
-
-/// One canonical credit.
-#[derive(Debug, Clone, Copy)]
-struct Credit {
-    /// Engine blocks whose removal would drop it (0: speculative only).
-    refs: u32,
-    /// Speculative until this time (ms); 0 once confirmed.
-    spec_until: u64,
 }
 
 /// Limits shared by every endpoint of an index.
@@ -57,8 +46,11 @@ pub(super) struct EndpointIndex {
     /// Set when the endpoint was dropped from the index; a writer holding a stale handle
     /// looks it up again.
     pub dead: bool,
-    engine: LruCache<EngineHash, EngineBlock, Fast>,
-    credits: HashMap<u64, Credit, crate::prefix::BuildPassThrough>,
+    engine: EngineBlocks<EngineBlock>,
+    /// Canonical blocks credited, confirmed or speculative (each counted once).
+    held: usize,
+    /// Of which speculative.
+    speculative: usize,
     /// `(until_ms, hash)` in credit order (the TTL is fixed, so also in expiry order).
     spec_queue: VecDeque<(u64, u64)>,
     pub engine_block_size: Option<u32>,
@@ -71,8 +63,9 @@ impl EndpointIndex {
             id,
             name,
             dead: false,
-            engine: LruCache::unbounded_with_hasher(Fast::default()),
-            credits: HashMap::default(),
+            engine: EngineBlocks::default(),
+            held: 0,
+            speculative: 0,
             spec_queue: VecDeque::new(),
             engine_block_size: None,
             last_seq: None,
@@ -81,7 +74,7 @@ impl EndpointIndex {
 
     /// Canonical blocks credited (confirmed and speculative).
     pub(super) fn blocks(&self) -> usize {
-        self.credits.len()
+        self.held
     }
 
     pub(super) fn engine_blocks(&self) -> usize {
@@ -89,26 +82,26 @@ impl EndpointIndex {
     }
 
     pub(super) fn speculative(&self) -> usize {
-        self.credits.values().filter(|c| c.refs == 0).count()
+        self.speculative
     }
 
-    pub(super) fn sample(&self, n: usize) -> Vec<String> {
-        let mut v: Vec<u64> = self.credits.keys().copied().collect();
+    /// Up to `n` of the canonical hashes credited, smallest first.
+    pub(super) fn sample(&self, shards: &Shards, n: usize) -> Vec<String> {
+        let owned = self.engine.values().flat_map(|b| b.owned.iter().copied());
+        let spec = self.spec_queue.iter().map(|(_, h)| *h);
+        let mut v: Vec<u64> = owned
+            .chain(spec)
+            .filter(|h| shards.credits(*h, self.id))
+            .collect();
         v.sort_unstable();
+        v.dedup();
         v.into_iter().take(n).map(|h| format!("{h:016x}")).collect()
     }
 
     /// Heap estimate (bytes) of this endpoint's own tables.
     pub(super) fn bytes(&self) -> usize {
-        use std::mem::size_of;
-        let node = size_of::<EngineHash>() + size_of::<EngineBlock>() + 2 * size_of::<usize>();
-        let engine_slot = 2 * size_of::<usize>() + 1;
-        let carried: usize = self.engine.iter().map(|(_, b)| b.carry.len() * 4).sum();
-        self.engine.len() * (node + engine_slot)
-            + carried
-            + self.credits.capacity() * (size_of::<u64>() + size_of::<Credit>() + 1)
-            + self.spec_queue.capacity() * 16
-            + self.name.capacity()
+        let carried: usize = self.engine.values().map(|b| b.carry.len() * 4).sum();
+        self.engine.bytes() + carried + self.spec_queue.capacity() * 16 + self.name.capacity()
     }
 
     /// Applies one `BlockStored`. `model` seeds the chain of a prompt's first block (a
@@ -157,7 +150,7 @@ impl EndpointIndex {
         };
         let c = lim.block;
         for (k, &hk) in bs.block_hashes.iter().enumerate() {
-            if let Some(b) = self.engine.get(&hk) {
+            if let Some(b) = self.engine.touch(&hk) {
                 out.duplicates += 1;
                 at = b.chain;
                 carry.clear();
@@ -228,13 +221,21 @@ impl EndpointIndex {
         }
     }
 
-    /// Drops every credit (events and speculation) and every engine block.
+    /// Drops every credit (events and speculation) and every engine block. Every
+    /// confirmed credit is in the `owned` list of an engine block that produced it, and
+    /// every speculative one has an entry in the speculative queue.
     pub(super) fn reset(&mut self, shards: &Shards, out: &mut KvEventCounts) {
-        for h in self.credits.keys() {
+        for b in self.engine.values() {
+            for h in &b.owned {
+                shards.clear(*h, self.id);
+            }
+        }
+        for (_, h) in &self.spec_queue {
             shards.clear(*h, self.id);
         }
-        out.blocks_removed += self.credits.len() as u64;
-        self.credits = HashMap::default();
+        out.blocks_removed += self.held as u64;
+        self.held = 0;
+        self.speculative = 0;
         self.engine.clear();
         self.spec_queue = VecDeque::new();
     }
@@ -249,26 +250,17 @@ impl EndpointIndex {
         out: &mut KvEventCounts,
     ) {
         for &h in hashes {
-            let full = self.credits.len() >= lim.cap;
-            match self.credits.entry(h) {
-                MapEntry::Occupied(mut o) => {
-                    let cr = o.get_mut();
-                    if cr.refs == 0 {
-                        cr.spec_until = until_ms;
-                        lim.shards.speculate(h, self.id, until_ms);
-                        self.spec_queue.push_back((until_ms, h));
-                    }
-                }
-                MapEntry::Vacant(_) if full => break,
-                MapEntry::Vacant(v) => {
-                    v.insert(Credit {
-                        refs: 0,
-                        spec_until: until_ms,
-                    });
-                    lim.shards.speculate(h, self.id, until_ms);
+            let may_add = self.held < lim.cap;
+            match lim.shards.speculate(h, self.id, until_ms, may_add) {
+                Speculated::Added => {
+                    self.held += 1;
+                    self.speculative += 1;
                     self.spec_queue.push_back((until_ms, h));
                     out.speculative_added += 1;
                 }
+                Speculated::Refreshed => self.spec_queue.push_back((until_ms, h)),
+                Speculated::Held => {}
+                Speculated::Full => break,
             }
         }
     }
@@ -280,49 +272,33 @@ impl EndpointIndex {
                 break;
             }
             self.spec_queue.pop_front();
-            if let MapEntry::Occupied(o) = self.credits.entry(h) {
-                let cr = *o.get();
-                if cr.refs == 0 && cr.spec_until == until {
-                    o.remove();
-                    shards.clear(h, self.id);
-                    out.speculative_expired += 1;
-                }
+            if shards.expire(h, self.id, until) {
+                self.held -= 1;
+                self.speculative -= 1;
+                out.speculative_expired += 1;
             }
         }
     }
 
     fn credit(&mut self, shards: &Shards, h: u64, out: &mut KvEventCounts) {
-        match self.credits.entry(h) {
-            MapEntry::Occupied(mut o) => {
-                let cr = o.get_mut();
-                if cr.refs == 0 {
-                    cr.spec_until = 0;
-                    shards.confirm(h, self.id);
-                    out.speculative_confirmed += 1;
-                    out.blocks_stored += 1;
-                }
-                cr.refs += 1;
-            }
-            MapEntry::Vacant(v) => {
-                v.insert(Credit {
-                    refs: 1,
-                    spec_until: 0,
-                });
-                shards.confirm(h, self.id);
+        match shards.confirm(h, self.id) {
+            Confirmed::New => {
+                self.held += 1;
                 out.blocks_stored += 1;
             }
+            Confirmed::FromSpeculative => {
+                self.speculative -= 1;
+                out.speculative_confirmed += 1;
+                out.blocks_stored += 1;
+            }
+            Confirmed::Again => {}
         }
     }
 
     fn release(&mut self, shards: &Shards, h: u64, out: &mut KvEventCounts) {
-        if let MapEntry::Occupied(mut o) = self.credits.entry(h) {
-            if o.get().refs > 1 {
-                o.get_mut().refs -= 1;
-            } else {
-                o.remove();
-                shards.clear(h, self.id);
-                out.blocks_removed += 1;
-            }
+        if shards.release(h, self.id) {
+            self.held -= 1;
+            out.blocks_removed += 1;
         }
     }
 
@@ -344,15 +320,15 @@ impl EndpointIndex {
     /// Evicts least recently stored (or re-announced) engine blocks, then the oldest
     /// speculative credits, until the endpoint holds at most `cap` canonical blocks.
     fn bound(&mut self, lim: &Limits<'_>, out: &mut KvEventCounts) {
-        while self.credits.len() > lim.cap {
-            if let Some((_, b)) = self.engine.pop_lru() {
+        while self.held > lim.cap {
+            if let Some((_, b)) = self.engine.pop_oldest() {
                 out.evicted += 1;
                 out.engine_blocks_removed += 1;
                 self.drop_block(lim.shards, b, out);
             } else if let Some((_, h)) = self.spec_queue.pop_front() {
-                if self.credits.get(&h).is_some_and(|c| c.refs == 0) {
-                    self.credits.remove(&h);
-                    lim.shards.clear(h, self.id);
+                if lim.shards.drop_speculative(h, self.id) {
+                    self.held -= 1;
+                    self.speculative -= 1;
                 }
             } else {
                 break;

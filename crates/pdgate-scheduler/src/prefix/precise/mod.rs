@@ -25,11 +25,13 @@
 //!
 //! **Bound.** At most `capacity` canonical blocks per endpoint: beyond it the least recently
 //! stored (or re-announced) engine blocks are evicted, then the oldest speculative credits.
-//! Memory per canonical block held by one endpoint, E = 2C (the estimate of
-//! [`PreciseIndex::stats`]): ~75 B of engine-block record (hash, chain state, owned hashes,
-//! LRU node and map slot, halved over 2 canonical blocks), ~25 B of refcounted credit, and
-//! ~57 B of shared map slot plus 8 B of bitset per 64 endpoint ids — about 170 B, so the
-//! default bound of 262,144 blocks (4 M tokens at C = 16) is ≤ ~45 MB per endpoint.
+//! Memory per canonical block held by one endpoint, E = 2C, as [`PreciseIndex::stats`]
+//! estimates it with the tables' spare capacity: ~213 B (test
+//! `memory_at_the_bound_is_as_documented`) — the engine-block record (chain state, owned
+//! hashes, store stamp, map slot and store-order entry; ~150 B, halved over 2 canonical
+//! blocks) and the shared map slot (hash, bitset inline for ids below 64, one pointer for
+//! the rare speculative credits and extra references; 41 B, plus spare capacity). The
+//! default bound of 262,144 blocks (4 M tokens at C = 16) is ~56 MB per endpoint.
 //!
 //! **Speculation.** With a TTL set, the picked endpoint is credited with the prompt's blocks
 //! at pick time, until `now + ttl` unless its events confirm them first (llm-d
@@ -38,10 +40,12 @@
 //!
 //! **Concurrency.** Each endpoint's state has its own mutex (its subscriber is the one
 //! writer); the shared block map is sharded and written one block at a time, so a pick
-//! reads without waiting behind a batch.
+//! reads without waiting behind a batch. The shared map is the one record of credits
+//! (refcounts included): a stored or removed canonical block is one shard lookup.
 
 mod config;
 mod endpoint;
+mod engine_blocks;
 mod holders;
 mod stats;
 #[cfg(test)]
@@ -460,7 +464,7 @@ impl PreciseIndex {
                     engine_blocks: s.engine_blocks(),
                     engine_block_size: s.engine_block_size,
                     last_seq: s.last_seq,
-                    sample: s.sample(sample),
+                    sample: s.sample(&self.shards, sample),
                 }
             })
             .collect();

@@ -343,3 +343,24 @@ fn dump_lists_endpoints_with_what_they_hold() {
     assert_eq!((s.endpoints, s.blocks, s.credits), (1, 4, 4));
     assert!(s.bytes > 0);
 }
+
+/// The memory figure of the module docs: one endpoint filled to the default bound with
+/// 32-token engine blocks (E = 2C), as [`PreciseIndex::stats`] estimates it (map capacity
+/// included). Measured 213 B per canonical block (232 B with the linked LRU and the
+/// per-endpoint credit map this replaced).
+#[test]
+fn memory_at_the_bound_is_as_documented() {
+    let ix = index(DEFAULT_CAPACITY_PER_ENDPOINT, None);
+    let a = ep("a", None);
+    // 4,096 prompts of 32 engine blocks of 32 tokens: 262,144 canonical blocks.
+    for p in 0..4096u32 {
+        let toks: Vec<u32> = (0..1024).map(|t| p * 100_000 + t).collect();
+        let first = u64::from(p) * 1000;
+        let b = batch(u64::from(p), vec![stored(32, &toks, first, None)]);
+        ix.apply_for_model(&a, Some("m"), &b, 0);
+    }
+    let s = ix.stats();
+    assert_eq!((s.blocks, s.credits), (262_144, 262_144));
+    let per_block = s.bytes / s.credits;
+    assert!((150..=220).contains(&per_block), "{per_block} B per block");
+}
