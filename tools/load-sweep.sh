@@ -95,7 +95,12 @@ run_one() { # workload load policy repeat → $W/<workload>-<load>-<policy>-<rep
   esac
   "$BIN" sim --port 0 --workers "$WORKERS" --speedup "$sp" --num-gpu-blocks "$blocks" \
     >"$out.sim.log" 2>&1 & local simpid=$!; pids+=($simpid)
-  for _ in $(seq 1 100); do [ "$(grep -c 'listening on' "$out.sim.log" 2>/dev/null)" -ge "$WORKERS" ] && break; sleep 0.1; done
+  local n
+  for _ in $(seq 1 100); do
+    n=$(grep -c 'listening on' "$out.sim.log" 2>/dev/null) || true
+    [ "${n:-0}" -ge "$WORKERS" ] && break; sleep 0.1
+  done
+  sleep 0.2 # the last line may be half written (unbuffered stderr)
   local eps=() a
   for a in $(grep -o 'listening on [^ ]*' "$out.sim.log" | awk '{print $3}' | sed 's#http://##'); do eps+=(--endpoint "$a"); done
   pd=$(free_port); local c; c=$(config_of "$pol"); [ "$c" != - ] && cfg=(--config "$c")

@@ -76,7 +76,8 @@ wait_lines() { # file pattern n
   local c
   for _ in $(seq 1 200); do
     c=$(grep -c "$2" "$1" 2>/dev/null) || true
-    [ "${c:-0}" -ge "$3" ] && return 0; sleep 0.1
+    # (a line may be read half written: stderr is unbuffered; let it finish)
+    [ "${c:-0}" -ge "$3" ] && { sleep 0.2; return 0; }; sleep 0.1
   done
   echo "$1: fewer than $3 lines matching '$2'" >&2; tail -n 20 "$1" >&2; return 1
 }
@@ -165,7 +166,8 @@ start_router() { # arm
       esac
       "$BIN" serve --host 127.0.0.1 --port 0 --scrape-interval-ms 50 "${cfg[@]}" "${eps[@]}" \
         >"$log" 2>&1 & router_pid=$!; pids+=("$router_pid")
-      wait_lines "$log" 'pdgate serve listening on' 1
+      # The whole line (stderr is unbuffered: it may be read half written).
+      wait_lines "$log" 'pdgate serve listening on http://[^ ]* (' 1
       router_url=$(sed -n 's#^pdgate serve listening on \(http://[^ ]*\).*#\1#p' "$log" | head -n 1) ;;
     vllm-router-*)
       local policy=${arm#vllm-router-} port prom kv=()
