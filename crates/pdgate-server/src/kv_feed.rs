@@ -11,7 +11,10 @@
 //! `topicFilter` is not needed to tell engines apart (and vLLM's default topic is empty).
 //!
 //! **Lifecycle.** The subscriptions follow the registry: an endpoint that appears is
-//! subscribed, one that leaves is unsubscribed and its entries cleared, one whose address
+//! subscribed once its model is known (its first `/v1/models` scrape: a prompt's first
+//! block is keyed by the model, so events applied before would be skipped as
+//! `model_unknown`, the replayed history of a late subscriber included; checked on every
+//! registry change and once a second), one that leaves is unsubscribed and its entries cleared, one whose address
 //! changes is re-subscribed from scratch. Restarts, sequence gaps and queue drops are the
 //! subscriber's ([`pdgate_kvevents::subscriber`]): the index is cleared rather than kept
 //! silently wrong. Speculative credits are expired once a second.
@@ -112,6 +115,7 @@ impl KvFeed {
             }
         }));
         let weak = Arc::downgrade(&feed);
+        let weak_registry = Arc::downgrade(registry);
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(Duration::from_secs(1));
             loop {
@@ -120,18 +124,27 @@ impl KvFeed {
                 for f in &feed.feeds {
                     f.index.expire(monotonic_ms());
                 }
+                // Endpoints whose model became known since the last change.
+                if let Some(registry) = weak_registry.upgrade() {
+                    feed.sync(&registry.snapshot());
+                }
             }
         });
         Some(feed)
     }
 
-    /// Makes every index's subscriptions those of `snap`'s endpoints.
+    /// Makes every index's subscriptions those of `snap`'s endpoints whose model is known
+    /// (or that are subscribed already: a subscription is not dropped for it).
     fn sync(&self, snap: &Snapshot) {
         for f in &self.feeds {
             let pod = &f.index.events().pod_discovery_config;
+            let running = f.manager.endpoints();
             let wanted = snap
                 .endpoints
                 .iter()
+                .filter(|e| {
+                    e.load.models().is_some() || running.binary_search(&e.endpoint.name).is_ok()
+                })
                 .filter_map(|e| subscription(&e.endpoint, pod.socket_port, pod.replay_socket_port))
                 .collect();
             f.manager.sync(wanted);

@@ -218,3 +218,47 @@ async fn two_replicas_pick_the_same_endpoint_for_the_same_prompt() {
         }
     }
 }
+
+/// An engine that served prompts before the router started (or before the router found it)
+/// publishes them to nobody. When its first batch the router receives has seq > 0, the
+/// router replays the engine's buffered history from its replay socket, so those earlier
+/// prompts are credited and routed to it.
+#[tokio::test]
+async fn a_router_started_after_the_engine_learns_its_earlier_blocks_by_replay() {
+    let e0 = kv_worker("e0", kv_sim_config_with_replay(16)).await;
+    let e1 = kv_worker("e1", kv_sim_config_with_replay(16)).await;
+    // Served by e0 with no router listening: 6 blocks, published as seq 0.
+    let early = ids(40_000, 100);
+    let r = support::send(&e0.url(), &[], &completion(&early)).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+
+    let workers = [e0, e1];
+    let router = precise_router(&workers).await;
+    let u = support::url(&router);
+    // Until e0 publishes again, the router has nothing from it.
+    assert_eq!(blocks_held(&u, "e0").await, 0);
+    // Another prompt pinned to e0 makes it publish seq ≥ 1; the router's first batch of e0 then
+    // brings the history before it. ZMQ drops what is published before the subscription
+    // reaches the engine, so the pinned prompt is repeated until the router hears e0.
+    let start = tokio::time::Instant::now();
+    let mut sent = 0;
+    while blocks_held(&u, "e0").await == 0 {
+        assert!(start.elapsed() < BOUND, "{}", kv_index(&u).await);
+        route(&u, &ids(50_000 + 1_000 * sent, 100), Some("e0")).await;
+        sent += 1;
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    // Every prompt e0 served is credited: the early one and the pinned ones sent before the
+    // router heard e0 came by replay, 6 blocks each.
+    wait_blocks(&u, "e0", 6 * (1 + u64::from(sent))).await;
+    assert_eq!(blocks_held(&u, "e1").await, 0);
+    let m = metrics(&u).await;
+    assert_eq!(
+        metric(&m, "pdgate_kv_events_history_replays_total"),
+        1,
+        "{m}"
+    );
+    assert_eq!(metric(&m, "pdgate_kv_events_clears_total"), 0, "{m}");
+    // The early prompt (never seen live by the router) goes to e0 and hits its cache.
+    assert_eq!(route(&u, &early, None).await, ("e0".into(), 96));
+}

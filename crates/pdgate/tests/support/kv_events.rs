@@ -5,7 +5,7 @@
 
 use super::{send, sim_worker, spec, url};
 use pdgate_scheduler::Endpoint;
-use pdgate_server::kv_feed::PORT_LABEL;
+use pdgate_server::kv_feed::{PORT_LABEL, REPLAY_PORT_LABEL};
 use pdgate_server::ServerHandle;
 use pdgate_sim::kv_events::KvEventsConfig;
 use pdgate_sim::{SimConfig, WorkerHandle};
@@ -51,15 +51,26 @@ schedulingProfiles:
 /// Simulator settings with `block_size` tokens per engine block and KV events published on
 /// a free port of 127.0.0.1 (vLLM's `--kv-events-config`), fast.
 pub fn kv_sim_config(block_size: usize) -> SimConfig {
+    kv_sim_config_json(
+        block_size,
+        r#"{"enable_kv_cache_events":true,"publisher":"zmq","endpoint":"tcp://127.0.0.1:0"}"#,
+    )
+}
+
+/// [`kv_sim_config`] with a replay socket too (vLLM's `replay_endpoint`, a free port).
+pub fn kv_sim_config_with_replay(block_size: usize) -> SimConfig {
+    kv_sim_config_json(
+        block_size,
+        r#"{"enable_kv_cache_events":true,"publisher":"zmq","endpoint":"tcp://127.0.0.1:0",
+            "replay_endpoint":"tcp://127.0.0.1:0"}"#,
+    )
+}
+
+fn kv_sim_config_json(block_size: usize, kv_events: &str) -> SimConfig {
     SimConfig {
         block_size,
         speedup: 1000.0,
-        kv_events: Some(
-            KvEventsConfig::parse(
-                r#"{"enable_kv_cache_events":true,"publisher":"zmq","endpoint":"tcp://127.0.0.1:0"}"#,
-            )
-            .unwrap(),
-        ),
+        kv_events: Some(KvEventsConfig::parse(kv_events).unwrap()),
         ..SimConfig::default()
     }
 }
@@ -69,13 +80,18 @@ pub async fn kv_worker(name: &str, cfg: SimConfig) -> WorkerHandle {
     sim_worker(spec(name, "decode", None), cfg).await
 }
 
-/// The endpoints of `workers`, each labeled with its KV-event port ([`PORT_LABEL`]).
+/// The endpoints of `workers`, each labeled with its KV-event port ([`PORT_LABEL`]) and,
+/// when it has one, its replay port ([`REPLAY_PORT_LABEL`]).
 pub fn kv_endpoints(workers: &[WorkerHandle]) -> Vec<Endpoint> {
     workers
         .iter()
         .map(|w| {
             let mut labels = w.spec().labels.clone();
-            labels.insert(PORT_LABEL.into(), publish_port(w).to_string());
+            let ports = w.kv_event_ports().expect("KV events are on");
+            labels.insert(PORT_LABEL.into(), ports.publish.to_string());
+            if let Some(replay) = ports.replay {
+                labels.insert(REPLAY_PORT_LABEL.into(), replay.to_string());
+            }
             Endpoint::new(w.name(), w.addr().to_string(), labels)
         })
         .collect()
