@@ -19,6 +19,7 @@ pub mod kube;
 pub mod kv_events;
 pub mod process;
 pub mod real_vllm;
+pub mod real_vllm_http;
 pub mod rollout;
 pub mod vllm;
 

@@ -10,11 +10,14 @@
 //! Per-endpoint sockets subscribe to every topic: each socket carries one engine, so
 //! `topicFilter` is not needed to tell engines apart (and vLLM's default topic is empty).
 //!
+//! A port label without the other: [`PORT_LABEL`] alone means no replay (the config's
+//! `replaySocketPort` belongs to the config's scheme, not to a port set by hand); port 0 is
+//! not a port. Endpoints whose subscriptions would share one publish address (e.g. every
+//! worker of a multi-worker host on the same `socketPort`) cannot be told apart: none of
+//! them is subscribed, and that is logged.
+//!
 //! **Lifecycle.** The subscriptions follow the registry: an endpoint that appears is
-//! subscribed once its model is known (its first `/v1/models` scrape: a prompt's first
-//! block is keyed by the model, so events applied before would be skipped as
-//! `model_unknown`, the replayed history of a late subscriber included; checked on every
-//! registry change and once a second), one that leaves is unsubscribed and its entries cleared, one whose address
+//! subscribed (batches that arrive before its model is known wait in [`sink`]), one that leaves is unsubscribed and its entries cleared, one whose address
 //! changes is re-subscribed from scratch. Restarts, sequence gaps and queue drops are the
 //! subscriber's ([`pdgate_kvevents::subscriber`]): the index is cleared rather than kept
 //! silently wrong. Speculative credits are expired once a second.
@@ -23,12 +26,13 @@
 //! binds one socket all engines connect to) and `discoverPods: false`; both are logged at
 //! start and no subscription is made.
 
+mod sink;
+
 use pdgate_fleet::EndpointRegistry;
-use pdgate_kvevents::{
-    ClearReason, EventBatch, KvEventMetrics, KvEventSink, Subscription, SubscriptionManager,
-};
+use pdgate_kvevents::{KvEventMetrics, Subscription, SubscriptionManager};
 use pdgate_scheduler::prefix::PreciseIndex;
 use pdgate_scheduler::{monotonic_ms, Scheduler, Snapshot};
+use sink::IndexSink;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -47,32 +51,8 @@ pub struct KvFeed {
 struct IndexFeed {
     producer: String,
     index: Arc<PreciseIndex>,
+    sink: Arc<IndexSink>,
     manager: SubscriptionManager,
-}
-
-/// Applies one index's batches, resolving the endpoint's current load cell by name.
-struct IndexSink {
-    index: Arc<PreciseIndex>,
-    registry: Arc<EndpointRegistry>,
-}
-
-impl KvEventSink for IndexSink {
-    fn apply(&self, endpoint: &str, batch: &EventBatch) {
-        let snap = self.registry.snapshot();
-        if let Some(state) = snap.get(endpoint) {
-            self.index.apply(state, batch, monotonic_ms());
-        }
-    }
-
-    fn clear(&self, endpoint: &str, reason: ClearReason) {
-        if self.index.clear_endpoint(endpoint) {
-            tracing::info!(
-                endpoint,
-                reason = reason.as_str(),
-                "KV-event index entries of endpoint cleared"
-            );
-        }
-    }
 }
 
 impl KvFeed {
@@ -96,14 +76,12 @@ impl KvFeed {
                 );
                 continue;
             }
-            let sink = Arc::new(IndexSink {
-                index: ix.index.clone(),
-                registry: registry.clone(),
-            });
+            let sink = Arc::new(IndexSink::new(ix.index.clone(), registry.clone()));
             feeds.push(IndexFeed {
                 producer: ix.producer,
                 index: ix.index,
-                manager: SubscriptionManager::new(sink, metrics.clone()),
+                manager: SubscriptionManager::new(sink.clone(), metrics.clone()),
+                sink,
             });
         }
         let feed = Arc::new(KvFeed { feeds, metrics });
@@ -115,7 +93,6 @@ impl KvFeed {
             }
         }));
         let weak = Arc::downgrade(&feed);
-        let weak_registry = Arc::downgrade(registry);
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(Duration::from_secs(1));
             loop {
@@ -123,31 +100,24 @@ impl KvFeed {
                 let Some(feed) = weak.upgrade() else { return };
                 for f in &feed.feeds {
                     f.index.expire(monotonic_ms());
-                }
-                // Endpoints whose model became known since the last change.
-                if let Some(registry) = weak_registry.upgrade() {
-                    feed.sync(&registry.snapshot());
+                    // Batches of endpoints whose model became known since.
+                    f.sink.flush();
                 }
             }
         });
         Some(feed)
     }
 
-    /// Makes every index's subscriptions those of `snap`'s endpoints whose model is known
-    /// (or that are subscribed already: a subscription is not dropped for it).
+    /// Makes every index's subscriptions those of `snap`'s endpoints.
     fn sync(&self, snap: &Snapshot) {
         for f in &self.feeds {
             let pod = &f.index.events().pod_discovery_config;
-            let running = f.manager.endpoints();
             let wanted = snap
                 .endpoints
                 .iter()
-                .filter(|e| {
-                    e.load.models().is_some() || running.binary_search(&e.endpoint.name).is_ok()
-                })
                 .filter_map(|e| subscription(&e.endpoint, pod.socket_port, pod.replay_socket_port))
                 .collect();
-            f.manager.sync(wanted);
+            f.manager.sync(distinct_publishers(wanted));
         }
     }
 
@@ -217,16 +187,24 @@ pub fn subscription(
     let rank = endpoint.dp_rank.unwrap_or(0);
     let port = |label: &str, base: Option<u16>| -> Result<Option<u16>, String> {
         match endpoint.labels.get(label) {
-            Some(v) => v
-                .parse::<u16>()
-                .map(Some)
-                .map_err(|_| format!("{label}={v}")),
-            None => Ok(base.and_then(|b| u16::try_from(u32::from(b) + rank).ok())),
+            Some(v) => match v.parse::<u16>() {
+                Ok(p) if p > 0 => Ok(Some(p)),
+                _ => Err(format!("{label}={v}")),
+            },
+            None => Ok(base
+                .filter(|b| *b > 0)
+                .and_then(|b| u16::try_from(u32::from(b) + rank).ok())),
         }
+    };
+    // A publish port set by label pairs only with a replay port set by label.
+    let replay_base = if endpoint.labels.contains_key(PORT_LABEL) {
+        None
+    } else {
+        replay_port
     };
     let (publish, replay) = match (
         port(PORT_LABEL, Some(socket_port)),
-        port(REPLAY_PORT_LABEL, replay_port),
+        port(REPLAY_PORT_LABEL, replay_base),
     ) {
         (Ok(Some(p)), Ok(r)) => (p, r),
         (Err(bad), _) | (_, Err(bad)) => {
@@ -240,6 +218,27 @@ pub fn subscription(
         publish: format!("tcp://{host}:{publish}"),
         replay: replay.map(|r| format!("tcp://{host}:{r}")),
     })
+}
+
+/// `wanted` without the subscriptions that share a publish address with another one (logged:
+/// their events could not be told apart).
+fn distinct_publishers(wanted: Vec<Subscription>) -> Vec<Subscription> {
+    let mut by_addr: std::collections::HashMap<&str, Vec<&str>> = Default::default();
+    for s in &wanted {
+        by_addr.entry(&s.publish).or_default().push(&s.endpoint);
+    }
+    let shared: std::collections::HashSet<String> = by_addr
+        .into_iter()
+        .filter(|(_, names)| names.len() > 1)
+        .map(|(addr, names)| {
+            tracing::warn!(publish = addr, endpoints = ?names, "KV events: several endpoints resolve to one publish address; none of them is subscribed (give each its pdgate.io/kv-events-port label)");
+            addr.to_string()
+        })
+        .collect();
+    wanted
+        .into_iter()
+        .filter(|s| !shared.contains(&s.publish))
+        .collect()
 }
 
 #[cfg(test)]
@@ -266,10 +265,39 @@ mod tests {
         assert_eq!(s.replay.as_deref(), Some("tcp://10.0.0.5:7002"));
         e.labels.insert(PORT_LABEL.into(), "x".into());
         assert!(subscription(&e, 5557, None).is_none());
-        let v6 = Endpoint::new("b", "[::1]:8000", Default::default());
+        e.labels.insert(PORT_LABEL.into(), "0".into());
+        assert!(
+            subscription(&e, 5557, None).is_none(),
+            "port 0 is not a port"
+        );
+        assert!(subscription(&v6_free("c"), 0, None).is_none());
+        // A publish port by label pairs only with a replay port by label, never with the
+        // config's replaySocketPort (it would be another engine's replay socket).
+        e.labels.remove(REPLAY_PORT_LABEL);
+        e.labels.insert(PORT_LABEL.into(), "7001".into());
+        let s = subscription(&e, 5557, Some(5600)).unwrap();
         assert_eq!(
-            subscription(&v6, 5557, None).unwrap().publish,
+            (s.publish.as_str(), s.replay),
+            ("tcp://10.0.0.5:7001", None)
+        );
+        assert_eq!(
+            subscription(&v6_free("b"), 5557, None).unwrap().publish,
             "tcp://[::1]:5557"
         );
+    }
+
+    fn v6_free(name: &str) -> Endpoint {
+        Endpoint::new(name, "[::1]:8000", Default::default())
+    }
+
+    #[test]
+    fn endpoints_sharing_a_publish_address_are_not_subscribed() {
+        let sub = |name: &str, port: u16| Subscription {
+            endpoint: name.into(),
+            publish: format!("tcp://127.0.0.1:{port}"),
+            replay: None,
+        };
+        let kept = distinct_publishers(vec![sub("w0", 1), sub("w1", 1), sub("w2", 2)]);
+        assert_eq!(kept, vec![sub("w2", 2)]);
     }
 }
