@@ -138,10 +138,8 @@ impl Epp {
         if let Some(t) = discovery::start(opts.endpoints, registry.clone()).await? {
             tasks.push(t);
         }
-        let effects = pdgate_server::bounds::ScrapeEffects {
-            scheduler: opts.scheduler.clone(),
-            metrics: metrics.clone(),
-        };
+        let effects =
+            pdgate_server::bounds::ScrapeEffects::new(opts.scheduler.clone(), metrics.clone());
         let settings = scrape::ScrapeSettings {
             interval: opts.scrape_interval,
             timeout: opts.scrape_timeout,

@@ -320,14 +320,28 @@ async fn metrics(State(s): State<Arc<AppState>>) -> Response {
         .into_response()
 }
 
+/// Most sample hashes `/debug/kv-index` lists per endpoint.
+pub const KV_INDEX_MAX_SAMPLE: usize = 1024;
+
 /// `GET /debug/kv-index?sample=N`: the precise prefix indexes as JSON (settings, totals,
-/// per-endpoint blocks with up to N sample hashes, default 8); 404 (unknown path) without a
-/// precise index.
+/// per-endpoint blocks with up to N sample hashes, default 8, at most
+/// [`KV_INDEX_MAX_SAMPLE`]); 400 naming `sample` when N is not a number in that range; 404
+/// (unknown path) without a precise index.
 async fn kv_index_dump(
     State(s): State<Arc<AppState>>,
     axum::extract::Query(q): axum::extract::Query<std::collections::HashMap<String, String>>,
 ) -> Response {
-    let sample = q.get("sample").and_then(|v| v.parse().ok()).unwrap_or(8);
+    let sample = match q.get("sample").map(|v| v.parse::<usize>()) {
+        None => 8,
+        Some(Ok(n)) if n <= KV_INDEX_MAX_SAMPLE => n,
+        Some(_) => {
+            return crate::errors::ApiError::InvalidQuery {
+                param: "sample",
+                reason: format!("must be a whole number from 0 to {KV_INDEX_MAX_SAMPLE}"),
+            }
+            .into_response()
+        }
+    };
     match &s.kv_feed {
         Some(feed) => axum::Json(feed.dump(sample)).into_response(),
         // No precise index: the path is not served, as any unknown path.
@@ -361,10 +375,7 @@ pub async fn start_state(
         timeout: opts.scrape_timeout,
         models_every: 25,
     };
-    let effects = crate::bounds::ScrapeEffects {
-        scheduler: opts.scheduler.clone(),
-        metrics: metrics.clone(),
-    };
+    let effects = crate::bounds::ScrapeEffects::new(opts.scheduler.clone(), metrics.clone());
     let client = scrape::client::ScrapeClient::new(opts.resilience.timeouts.connect);
     tasks.push(scrape::start(
         registry.clone(),

@@ -56,6 +56,28 @@ pub struct ScrapeEffects {
     pub scheduler: Arc<Scheduler>,
     /// Where the counts go.
     pub metrics: Arc<Metrics>,
+    /// The KV block size each engine reported (tokens), by endpoint name.
+    pub block_sizes: parking_lot::Mutex<std::collections::HashMap<String, u32>>,
+}
+
+impl ScrapeEffects {
+    /// Effects on `scheduler`, counted in `metrics`.
+    pub fn new(scheduler: Arc<Scheduler>, metrics: Arc<Metrics>) -> Self {
+        ScrapeEffects {
+            scheduler,
+            metrics,
+            block_sizes: Default::default(),
+        }
+    }
+}
+
+/// Greatest common divisor (block sizes are ≥ 1).
+fn gcd(a: u32, b: u32) -> u32 {
+    if b == 0 {
+        a
+    } else {
+        gcd(b, a % b)
+    }
 }
 
 impl ScrapeObserver for ScrapeEffects {
@@ -68,21 +90,32 @@ impl ScrapeObserver for ScrapeEffects {
         self.scheduler.forget_endpoint(endpoint);
     }
 
-    /// An approximate index with `autoTune` adopts the engine's block size when it differs
+    /// An approximate index with `autoTune` adopts the engines' block size when it differs
     /// from its own (forgetting what it learnt under the old size): logged and counted
-    /// (`pdgate_prefix_block_size_adopted_total`). Engines of one pool share a block size, so
-    /// this happens once, on the first scrape.
+    /// (`pdgate_prefix_block_size_adopted_total`). With engines of different block sizes
+    /// (e.g. 32 and 64) it adopts their greatest common divisor, which cuts every engine's
+    /// blocks whole, so the size settles instead of following the last scrape. Engines of
+    /// one pool share a block size: then this happens once, on the first scrape.
     fn engine_block_size(&self, endpoint: &str, block_tokens: u32) {
-        if self
-            .scheduler
-            .adopt_engine_block_size(block_tokens as usize)
-        {
+        if block_tokens == 0 {
+            return;
+        }
+        let (size, mixed) = {
+            let mut sizes = self.block_sizes.lock();
+            sizes.insert(endpoint.to_string(), block_tokens);
+            let size = sizes.values().fold(0, |g, s| gcd(*s, g));
+            (size, sizes.values().any(|s| *s != block_tokens))
+        };
+        if self.scheduler.adopt_engine_block_size(size as usize) {
             self.metrics.block_size_adopted.inc();
             tracing::info!(
                 endpoint,
-                block_tokens,
-                "approximate prefix index adopted the engine's KV block size \
-                 (vllm:cache_config_info); its earlier entries are dropped"
+                engine_block_tokens = block_tokens,
+                block_tokens = size,
+                mixed,
+                "approximate prefix index adopted the engines' KV block size \
+                 (vllm:cache_config_info; their greatest common divisor when they differ); \
+                 its earlier entries are dropped"
             );
         }
     }
@@ -125,15 +158,34 @@ mod tests {
             Scheduler::from_yaml(pdgate_scheduler::DEFAULT_CONFIG_YAML, "default").unwrap(),
         );
         let metrics = Arc::new(Metrics::new());
-        let effects = ScrapeEffects {
-            scheduler: scheduler.clone(),
-            metrics: metrics.clone(),
-        };
+        let effects = ScrapeEffects::new(scheduler.clone(), metrics.clone());
         // The default's approximate producer (autoTune on, 16-token blocks) meets vLLM's 32.
         effects.engine_block_size("a", 32);
         effects.engine_block_size("b", 32);
         assert_eq!(metrics.block_size_adopted.get(), 1);
         effects.engine_block_size("a", 16);
+        assert_eq!(metrics.block_size_adopted.get(), 2);
+    }
+
+    /// Regression (adversarial try): engines of 32 and 64 tokens per block made the index
+    /// flip between them at every scrape (96 adoptions in ~10 s, each dropping what it had
+    /// learnt, repeats routed to the wrong engine). Now it settles on their common 32.
+    #[test]
+    fn mixed_engine_block_sizes_settle_on_their_common_divisor() {
+        let scheduler = Arc::new(
+            Scheduler::from_yaml(pdgate_scheduler::DEFAULT_CONFIG_YAML, "default").unwrap(),
+        );
+        let metrics = Arc::new(Metrics::new());
+        let effects = ScrapeEffects::new(scheduler.clone(), metrics.clone());
+        for _ in 0..10 {
+            effects.engine_block_size("b32", 32);
+            effects.engine_block_size("b64", 64);
+        }
+        assert_eq!(metrics.block_size_adopted.get(), 1);
+        effects.engine_block_size("b48", 48);
+        assert_eq!(metrics.block_size_adopted.get(), 2, "gcd(32, 64, 48) = 16");
+        effects.engine_block_size("b48", 48);
+        effects.engine_block_size("b64", 64);
         assert_eq!(metrics.block_size_adopted.get(), 2);
     }
 }

@@ -20,6 +20,14 @@ pub enum ApiError {
         /// What is wrong.
         reason: String,
     },
+    /// A query parameter is invalid (400); names the parameter.
+    #[error("query parameter `{param}`: {reason}")]
+    InvalidQuery {
+        /// Parameter name.
+        param: &'static str,
+        /// What is wrong.
+        reason: String,
+    },
     /// No route for the path (404).
     #[error("no route for {method} {path}")]
     NoRoute {
@@ -127,6 +135,7 @@ impl ApiError {
         match self {
             ApiError::InvalidRequest(_)
             | ApiError::InvalidHeader { .. }
+            | ApiError::InvalidQuery { .. }
             | ApiError::BodyRead(_) => StatusCode::BAD_REQUEST,
             ApiError::ModelNotFound(_) | ApiError::NoRoute { .. } => StatusCode::NOT_FOUND,
             ApiError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,

@@ -318,9 +318,15 @@ impl EndpointIndex {
     }
 
     /// Evicts least recently stored (or re-announced) engine blocks, then the oldest
-    /// speculative credits, until the endpoint holds at most `cap` canonical blocks.
+    /// speculative credits, until the endpoint holds at most `cap` canonical blocks and at
+    /// most `cap × ⌈C / E⌉` engine blocks (a publisher announcing the same tokens under ever
+    /// new engine hashes adds engine blocks, not canonical ones).
     fn bound(&mut self, lim: &Limits<'_>, out: &mut KvEventCounts) {
-        while self.held > lim.cap {
+        let e = self
+            .engine_block_size
+            .map_or(lim.block, |e| e.max(1) as usize);
+        let engine_cap = lim.cap.saturating_mul(lim.block.div_ceil(e).max(1));
+        while self.held > lim.cap || self.engine.len() > engine_cap {
             if let Some((_, b)) = self.engine.pop_oldest() {
                 out.evicted += 1;
                 out.engine_blocks_removed += 1;

@@ -13,8 +13,9 @@
 //! seeded with the endpoint's model, or the adapter's name for a LoRA block
 //! (`lora_name`), which is the `model` a LoRA request names.
 //!
-//! **What is indexed.** Full-attention dense blocks only: hybrid groups, blocks with extra
-//! keys (multimodal, cache salt) and LoRA blocks without a name are skipped and counted. A
+//! **What is indexed.** Full-attention dense blocks in the GPU tier only: hybrid groups,
+//! blocks with extra keys (multimodal, cache salt), LoRA blocks without a name and events of
+//! other tiers (`medium` `CPU`, disk: KV offloading) are skipped and counted. A
 //! `BlockStored` whose parent is unknown for the endpoint (events lost, or the index started
 //! after the engine) cannot be placed in its prompt: skipped and counted as orphans, never
 //! guessed. Re-announced blocks are idempotent. Canonical credits are refcounted per
@@ -64,6 +65,14 @@ use parking_lot::{Mutex, RwLock};
 use pdgate_api::kv_events::{EventBatch, KvEvent};
 use std::collections::HashMap;
 use std::sync::Arc;
+
+/// Whether an event's `medium` is the engine's GPU tier (absent: vLLM without offloading
+/// sends `"GPU"` or nothing). Blocks in other tiers (`CPU`, disk) are not indexed.
+fn on_gpu(medium: &Option<String>) -> bool {
+    medium
+        .as_deref()
+        .is_none_or(|m| m.eq_ignore_ascii_case("gpu"))
+}
 
 /// Default bound per endpoint, canonical blocks (pdgate extension `maxBlocksPerEndpoint`).
 pub const DEFAULT_CAPACITY_PER_ENDPOINT: usize = 262_144;
@@ -269,6 +278,12 @@ impl PreciseIndex {
             s.last_seq = Some(batch.seq);
             for ev in &batch.events {
                 match ev {
+                    KvEvent::BlockStored(bs) if !on_gpu(&bs.medium) => {
+                        out.skipped_medium += bs.block_hashes.len() as u64;
+                    }
+                    KvEvent::BlockRemoved(br) if !on_gpu(&br.medium) => {
+                        out.skipped_medium += br.block_hashes.len() as u64;
+                    }
                     KvEvent::BlockStored(bs) => s.store(&lim, bs, model, &mut out),
                     KvEvent::BlockRemoved(br) => {
                         for h in &br.block_hashes {

@@ -68,6 +68,10 @@ counts! {
     skipped_extra_keys,
     /// Engine blocks of a LoRA adapter known by id only (no `lora_name`): skipped.
     skipped_lora,
+    /// Engine blocks stored in or removed from a tier other than the GPU (`medium` `CPU`,
+    /// disk: KV offloading): skipped, so that an offloaded copy's removal never drops the
+    /// GPU copy's credit.
+    skipped_medium,
     /// Engine blocks starting a prompt on an endpoint whose model is not known: skipped.
     model_unknown,
     /// Engine blocks of a malformed `BlockStored` (`block_size` 0, or `token_ids` not

@@ -364,3 +364,52 @@ fn memory_at_the_bound_is_as_documented() {
     let per_block = s.bytes / s.credits;
     assert!((150..=220).contains(&per_block), "{per_block} B per block");
 }
+
+/// Regression (adversarial try): the same 1,600 tokens announced again and again under new
+/// engine hashes kept 100 canonical blocks but grew the engine-block table without bound
+/// (600,000 records, RSS 43 → 209 MB). Engine blocks are bounded too: `cap × ⌈C / E⌉`.
+#[test]
+fn aliases_of_the_same_tokens_are_bounded_in_engine_blocks() {
+    let ix = index(100, None);
+    let a = ep("a", None);
+    let toks = prompt(1_600);
+    for round in 0..50u64 {
+        let b = batch(round, vec![stored(16, &toks, 1 + round * 1_000, None)]);
+        ix.apply_for_model(&a, Some("m"), &b, 0);
+    }
+    let d = ix.dump(0);
+    let e = &d.endpoints[0];
+    assert_eq!((e.blocks_held, e.engine_blocks), (100, 100));
+    // Still matched in full.
+    assert_eq!(matched(&ix, &a, &toks), 100);
+}
+
+/// Regression (adversarial try): a `BlockRemoved` with `medium: "CPU"` (an offloaded copy
+/// evicted) removed the blocks stored in the GPU tier. Other tiers are skipped and counted.
+#[test]
+fn other_tiers_are_skipped_and_never_remove_the_gpu_copy() {
+    let ix = index(1024, None);
+    let a = ep("a", None);
+    let toks = prompt(64);
+    let gpu = |mut ev: KvEvent, m: &str| {
+        match &mut ev {
+            KvEvent::BlockStored(b) => b.medium = Some(m.into()),
+            KvEvent::BlockRemoved(b) => b.medium = Some(m.into()),
+            KvEvent::AllBlocksCleared => {}
+        }
+        ev
+    };
+    let b = batch(
+        0,
+        vec![
+            gpu(stored(16, &toks, 1, None), "GPU"),
+            gpu(stored(16, &prompt(32), 100, None), "CPU"),
+            gpu(removed(&[1, 2, 3, 4]), "CPU"),
+        ],
+    );
+    let c = ix.apply_for_model(&a, Some("m"), &b, 0);
+    assert_eq!((c.skipped_medium, c.engine_blocks_removed), (2 + 4, 0));
+    assert_eq!(matched(&ix, &a, &toks), 4);
+    ix.apply_for_model(&a, Some("m"), &batch(1, vec![gpu(removed(&[3]), "gpu")]), 0);
+    assert_eq!(matched(&ix, &a, &toks), 2);
+}
