@@ -103,6 +103,28 @@ impl Params {
                 return Err(PluginError::invalid(field, "must be greater than 0"));
             }
         }
+        let pod = &self.kv_events_config.pod_discovery_config;
+        if pod.socket_port == 0 {
+            return Err(PluginError::invalid(
+                "kvEventsConfig.podDiscoveryConfig.socketPort",
+                "must be a port number from 1 to 65535",
+            ));
+        }
+        match pod.replay_socket_port {
+            Some(0) => {
+                return Err(PluginError::invalid(
+                    "kvEventsConfig.podDiscoveryConfig.replaySocketPort",
+                    "must be a port number from 1 to 65535",
+                ))
+            }
+            Some(r) if r == pod.socket_port => {
+                return Err(PluginError::invalid(
+                    "kvEventsConfig.podDiscoveryConfig.replaySocketPort",
+                    "must differ from socketPort (one engine binds both)",
+                ))
+            }
+            _ => {}
+        }
         if self.kv_events_config.engine_type != "vllm" {
             return Err(PluginError::invalid(
                 "kvEventsConfig.engineType",
@@ -283,6 +305,27 @@ schedulingProfiles:
         assert!(e.contains("speculativeTTL"), "{e}");
         let e = with("    tokenProcessorConfig:\n      blockSize: 0").unwrap();
         assert!(e.contains("tokenProcessorConfig.blockSize"), "{e}");
+        // Port 0 passed and then retried forever; a replay port equal to the publish port
+        // can never bind on the engine.
+        let pods = |p: &str| format!("    kvEventsConfig:\n      podDiscoveryConfig: {p}");
+        for (p, field) in [
+            ("{socketPort: 0}", "podDiscoveryConfig.socketPort"),
+            (
+                "{replaySocketPort: 0}",
+                "podDiscoveryConfig.replaySocketPort",
+            ),
+            (
+                "{socketPort: 5557, replaySocketPort: 5557}",
+                "must differ from socketPort",
+            ),
+        ] {
+            let e = with(&pods(p)).unwrap();
+            assert!(e.contains(field), "{p}: {e}");
+        }
+        assert_eq!(
+            with(&pods("{socketPort: 5557, replaySocketPort: 5657}")),
+            None
+        );
         assert_eq!(
             with("    tokenProcessorConfig:\n      blockSizeTokens: 64"),
             None
