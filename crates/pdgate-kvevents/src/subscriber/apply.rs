@@ -90,27 +90,32 @@ impl Applier {
             return;
         };
         let endpoint = self.config.endpoint.clone();
-        match replay::fetch(
-            &addr,
-            0..seq,
-            Need::Tail,
-            self.config.replay_timeout,
-            &self.metrics,
-        )
-        .await
-        {
+        match self.replay(&addr, 0..seq, Need::Tail).await {
             Ok(batches) => {
                 KvEventMetrics::inc(&self.metrics.pdgate_kv_events_history_replays_total);
-                tracing::info!(%endpoint, before = seq, batches = batches.len(), "kv-events: replayed the engine's buffered history on subscribe");
-                for b in &batches {
-                    self.apply(b);
-                }
+                tracing::info!(%endpoint, before = seq, batches, "kv-events: replayed the engine's buffered history on subscribe");
             }
             Err(e) => {
                 KvEventMetrics::inc(&self.metrics.pdgate_kv_events_history_replays_failed_total);
                 tracing::warn!(%endpoint, before = seq, error = %e, "kv-events: history replay on subscribe failed; starting from the live stream");
             }
         }
+    }
+
+    /// Fetches `range` from the replay socket at `addr` (as `need` requires) and applies
+    /// what came back, in order; returns how many batches were applied.
+    async fn replay(
+        &mut self,
+        addr: &str,
+        range: Range<u64>,
+        need: Need,
+    ) -> Result<usize, replay::ReplayError> {
+        let batches =
+            replay::fetch(addr, range, need, self.config.replay_timeout, &self.metrics).await?;
+        for b in &batches {
+            self.apply(b);
+        }
+        Ok(batches.len())
     }
 
     /// Replays `missing` when possible, else clears.
@@ -125,21 +130,10 @@ impl Applier {
             return;
         };
         KvEventMetrics::inc(&self.metrics.pdgate_kv_events_replays_requested_total);
-        match replay::fetch(
-            &addr,
-            missing.clone(),
-            Need::All,
-            self.config.replay_timeout,
-            &self.metrics,
-        )
-        .await
-        {
-            Ok(batches) => {
+        match self.replay(&addr, missing.clone(), Need::All).await {
+            Ok(_) => {
                 KvEventMetrics::inc(&self.metrics.pdgate_kv_events_replays_succeeded_total);
                 tracing::info!(%endpoint, from = missing.start, to = missing.end, "kv-events: seq gap replayed");
-                for b in &batches {
-                    self.apply(b);
-                }
             }
             Err(e) => {
                 KvEventMetrics::inc(&self.metrics.pdgate_kv_events_replays_failed_total);
