@@ -222,10 +222,14 @@ impl Shards {
         let Some(e) = s.get_mut(&h) else {
             return false;
         };
-        if !e.spec().iter().any(|(i, u)| *i == id && when(*u)) {
+        let Some(m) = e.more.as_mut() else {
             return false;
-        }
-        e.take_spec(id);
+        };
+        let Some(i) = m.spec.iter().position(|(i, u)| *i == id && when(*u)) else {
+            return false;
+        };
+        m.spec.swap_remove(i);
+        e.tidy();
         if e.is_empty() {
             s.remove(&h);
         }
