@@ -88,11 +88,17 @@ pub const INTERNAL: &[&str] = &[
     REVISION_DECISION_ID,
     COORDINATOR_TOKEN,
     PREFILLER_HOST_PORT,
+    DATA_PARALLEL_HOST_PORT,
     "x-encoder-hosts-ports",
     "x-gateway-destination-endpoint",
     "x-gateway-destination-endpoint-served",
     "x-gateway-destination-endpoint-subset",
 ];
+
+/// The data-parallel rank (`host:port`) behind a pod's primary port, set by an endpoint
+/// picker with llm-d's `data-parallel-profile-handler` on the request it sends to that port;
+/// the pod's front end forwards the request to the rank.
+pub const DATA_PARALLEL_HOST_PORT: &str = "x-data-parallel-host-port";
 
 /// The prefill endpoint (`host:port`) of a split request, set by an endpoint picker on the
 /// request it sends to the decode pod; llm-d's routing sidecar in front of that pod reads it

@@ -18,6 +18,7 @@ pub mod raw_object;
 pub mod role;
 pub mod spells;
 pub mod sse;
+pub mod usage_reader;
 
 pub use error::{ErrorBody, ErrorDetail};
 pub use kv::KvTransferParams;

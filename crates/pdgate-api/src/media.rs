@@ -84,6 +84,20 @@ pub struct MediaItem {
     pub hash: String,
 }
 
+impl MediaItem {
+    /// [`Self::hash`] as the number it spells: xxh3-64 of the part's canonical bytes (the key
+    /// the scheduler's multimodal plugins read, [`content_hash`] without the text form).
+    pub fn key(&self) -> u64 {
+        u64::from_str_radix(&self.hash, 16).unwrap_or_default()
+    }
+}
+
+/// The [`MediaItem::key`] of every media part of a chat body, in request order (duplicates
+/// kept); empty for text-only and `/v1/completions` bodies. See [`media_items`].
+pub fn media_keys(body: &RawObject) -> Vec<u64> {
+    media_items(body).iter().map(MediaItem::key).collect()
+}
+
 /// The media parts of a chat body, in request order: every part of type `image_url`,
 /// `input_audio`, `video_url` or `audio_url` in `messages[*].content` arrays.
 ///
@@ -283,6 +297,15 @@ mod tests {
             ]
         );
         assert_eq!(items[0].hash, content_hash(&items[0].part));
+        assert_eq!(
+            items[0].key(),
+            xxhash_rust::xxh3::xxh3_64(b"https://x/a.png"),
+            "the key is the number the hash spells"
+        );
+        assert_eq!(
+            media_keys(&b),
+            items.iter().map(MediaItem::key).collect::<Vec<_>>()
+        );
         assert_eq!(
             items[1].part,
             json!({"type": "input_audio", "input_audio": {"data": "AAAA", "format": "mp3"}})

@@ -1,9 +1,9 @@
 //! The `encode` step: one encode leg per media item of the request (images, audio, video),
-//! at most [`ENCODE_PARALLELISM`] at a time, before prefill (vLLM encoder disaggregation;
-//! pdgate simulator contract: the encoder answers `ec_transfer_params`, one entry per item,
-//! which the prefill leg carries).
+//! at most [`EncodeSettings::parallelism`] at a time, before prefill (vLLM encoder
+//! disaggregation; the contract of the answers is the [`crate::EcConnector`]).
 
 use crate::dispatch::{DispatchError, Dispatcher, PhaseRequest, PhaseResponse, Target};
+use crate::ec_connector::EncodeSettings;
 use crate::header_rules::ForwardRules;
 use crate::pipeline::PipelineError;
 use bytes::Bytes;
@@ -12,9 +12,6 @@ use http::HeaderMap;
 use pdgate_api::media::{encode_leg_body, media_items, EC_TRANSFER_PARAMS};
 use pdgate_api::{ApiKind, InferenceRequest, Phase};
 use serde_json::Value;
-
-/// Encode legs in flight at once for one request.
-pub const ENCODE_PARALLELISM: usize = 4;
 
 /// What the encode step produced.
 #[derive(Debug)]
@@ -30,9 +27,11 @@ pub enum Encoded {
 /// 2xx responses are merged by `rules` (most frequent value, ties to the earliest item) into
 /// `captured`.
 ///
-/// Errors: a leg got no response, or a 2xx answer had no `ec_transfer_params` array.
+/// Errors: a leg got no response, or (connector `pdgate`) a 2xx answer had no
+/// `ec_transfer_params` array.
 pub async fn run<D: Dispatcher>(
     dispatcher: &D,
+    settings: EncodeSettings,
     target: &Target,
     req: &InferenceRequest,
     headers: &HeaderMap,
@@ -53,10 +52,10 @@ pub async fn run<D: Dispatcher>(
             body: crate::pipeline::to_bytes(encode_leg_body(&req.model, item)),
         })
         .collect();
-    // `buffered` keeps item order while running up to ENCODE_PARALLELISM legs at once.
+    // `buffered` keeps item order while running up to `parallelism` legs at once.
     let answers: Vec<_> = stream::iter(legs)
         .map(|leg| one_leg(dispatcher, leg))
-        .buffered(ENCODE_PARALLELISM)
+        .buffered(settings.parallelism.max(1))
         .collect()
         .await;
     let mut responses = Vec::with_capacity(answers.len());
@@ -73,6 +72,10 @@ pub async fn run<D: Dispatcher>(
     let heads: Vec<&HeaderMap> = responses.iter().map(|r| &r.headers).collect();
     ForwardRules::apply(&rules.capture(&heads), captured);
     let mut params = Vec::with_capacity(items.len());
+    if !settings.connector.carries_params() {
+        // Shared storage: the prefill engine loads each item by its mm_hash.
+        return Ok(Encoded::Params(params));
+    }
     for r in &responses {
         let entries = serde_json::from_slice::<Value>(&r.body)
             .ok()

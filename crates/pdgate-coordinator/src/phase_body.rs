@@ -1,9 +1,10 @@
-//! Phase bodies of the vLLM NIXL connector contract (design.md §5.2).
+//! Phase bodies of the P/D KV handoff (design.md §5.2), for either [`KvConnector`].
 
 use crate::json_patch::{patch_object, Edit};
+use crate::kv_connector::KvConnector;
 use bytes::Bytes;
 use pdgate_api::media::EC_TRANSFER_PARAMS;
-use pdgate_api::{InferenceRequest, KvTransferParams};
+use pdgate_api::InferenceRequest;
 use serde_json::{Map, Value};
 
 /// Field name of the handoff object in request and response bodies.
@@ -11,12 +12,12 @@ pub const KV_TRANSFER_PARAMS: &str = "kv_transfer_params";
 
 /// The prefill leg body, from the client's bytes ([`crate::json_patch`]: no DOM, untouched
 /// values byte for byte, the client's key order): `kv_transfer_params` set to
-/// [`KvTransferParams::prefill_request_json`], `stream: false`, `stream_options` removed,
+/// [`KvConnector::prefill_params`], `stream: false`, `stream_options` removed,
 /// `min_tokens` removed, every token limit (`max_tokens`, `max_completion_tokens`) set to 1
 /// (`max_tokens` even when the client gave none), and the encoders' `ec_transfer_params` when
 /// there are any.
-pub fn prefill_bytes(req: &InferenceRequest, ec: &[Value]) -> Bytes {
-    let kv = KvTransferParams::prefill_request_json().to_string();
+pub fn prefill_bytes(req: &InferenceRequest, ec: &[Value], connector: KvConnector) -> Bytes {
+    let kv = connector.prefill_params().to_string();
     let ec_json = encoder_json(ec);
     let mut edits = vec![
         Edit::Set(KV_TRANSFER_PARAMS, kv.as_bytes()),
@@ -33,11 +34,13 @@ pub fn prefill_bytes(req: &InferenceRequest, ec: &[Value]) -> Bytes {
 }
 
 /// The decode leg body: the client's bytes (stream and token limits as the client sent them)
-/// plus the prefill's `kv_transfer_params`, relayed verbatim; `do_remote_prefill: true` and
-/// `do_remote_decode: false` are added only when the prefill left them out.
-pub fn decode_bytes(req: &InferenceRequest, mut kv: Map<String, Value>) -> Bytes {
-    kv.entry("do_remote_prefill").or_insert(Value::Bool(true));
-    kv.entry("do_remote_decode").or_insert(Value::Bool(false));
+/// plus `kv_transfer_params` from [`KvConnector::decode_params`] of the prefill's (`kv`).
+pub fn decode_bytes(
+    req: &InferenceRequest,
+    kv: Map<String, Value>,
+    connector: KvConnector,
+) -> Bytes {
+    let kv = connector.decode_params(kv);
     // Serializing a Map of Values cannot fail.
     let kv_json = serde_json::to_vec(&kv).unwrap_or_default();
     Bytes::from(patch_object(
@@ -98,14 +101,17 @@ mod tests {
             r#"{"model":"m","prompt":[1,2],"stream":true,"stream_options":{"include_usage":true},"max_tokens":50,"max_completion_tokens":40,"min_tokens":3,"temperature":0.5}"#,
         );
         assert_eq!(
-            json_of(&prefill_bytes(&r, &[])),
+            json_of(&prefill_bytes(&r, &[], KvConnector::Nixl)),
             json!({"model":"m","prompt":[1,2],"stream":false,"max_tokens":1,"max_completion_tokens":1,
                 "temperature":0.5,"kv_transfer_params":{"do_remote_decode":true,"do_remote_prefill":false,
                 "remote_engine_id":null,"remote_block_ids":null,"remote_host":null,"remote_port":null}})
         );
         let r = req(r#"{"model":"m","prompt":"x"}"#);
-        assert_eq!(json_of(&prefill_bytes(&r, &[]))["max_tokens"], 1);
-        assert!(json_of(&prefill_bytes(&r, &[]))
+        assert_eq!(
+            json_of(&prefill_bytes(&r, &[], KvConnector::Nixl))["max_tokens"],
+            1
+        );
+        assert!(json_of(&prefill_bytes(&r, &[], KvConnector::Nixl))
             .get("max_completion_tokens")
             .is_none());
     }
@@ -114,13 +120,13 @@ mod tests {
     fn leg_bodies_keep_the_client_bytes_and_key_order() {
         let raw = r#"{"temperature":0.50,"model":"m","prompt":[1,2],"stream":true,"stream_options":{"include_usage":true},"max_tokens":50,"max_completion_tokens":40,"min_tokens":3}"#;
         let r = req(raw);
-        let p = prefill_bytes(&r, &[]);
+        let p = prefill_bytes(&r, &[], KvConnector::Nixl);
         assert!(p.starts_with(
             br#"{"temperature":0.50,"model":"m","prompt":[1,2],"stream":false,"max_tokens":1"#
         ));
         let kv =
             kv_params_from_prefill(br#"{"kv_transfer_params":{"remote_engine_id":"e"}}"#).unwrap();
-        let d = decode_bytes(&r, kv);
+        let d = decode_bytes(&r, kv, KvConnector::Nixl);
         assert_eq!(
             std::str::from_utf8(&d).unwrap(),
             format!(
@@ -138,7 +144,7 @@ mod tests {
             )
         );
         assert_eq!(aggregated_bytes(&r, &[]), raw.as_bytes());
-        let pe = json_of(&prefill_bytes(&r, &ec));
+        let pe = json_of(&prefill_bytes(&r, &ec, KvConnector::Nixl));
         assert_eq!(pe["ec_transfer_params"], json!([{"id": "e0"}]));
     }
 
@@ -150,7 +156,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(
-            json_of(&decode_bytes(&r, kv)),
+            json_of(&decode_bytes(&r, kv, KvConnector::Nixl)),
             json!({"model":"m","prompt":"hi","stream":true,"max_tokens":50,"kv_transfer_params":{
                 "do_remote_prefill":true,"do_remote_decode":false,"remote_engine_id":"e","remote_block_ids":[3,4],
                 "remote_host":"10.0.0.1","remote_port":5600,"tp_size":1,"vendor":{"a":1}}})

@@ -5,6 +5,7 @@
 use crate::dispatch::{DispatchError, Dispatcher, PhaseRequest, PhaseResponse, Target};
 use crate::encode_step::{self, Encoded};
 use crate::header_rules::ForwardRules;
+use crate::kv_connector::KvConnector;
 use crate::phase_body;
 use bytes::Bytes;
 use http::{HeaderMap, HeaderValue};
@@ -26,6 +27,10 @@ pub struct Plan {
     pub conditional: bool,
     /// What to do when the prefill phase cannot be served by any endpoint.
     pub prefill_fallback: PrefillFallback,
+    /// The `kv_transfer_params` contract of the prefill and decode legs.
+    pub kv_connector: KvConnector,
+    /// The encode step's contract and fan-out.
+    pub encode_settings: crate::EncodeSettings,
 }
 
 /// The prefill-unavailable policy (`--prefill-fallback`): what a split request does when no
@@ -214,7 +219,17 @@ pub async fn run<D: Dispatcher>(
     let ec = match &plan.encode {
         Some(target) => {
             let h = leg_headers(&trace.captured);
-            match encode_step::run(dispatcher, target, req, &h, rules, &mut trace.captured).await? {
+            match encode_step::run(
+                dispatcher,
+                plan.encode_settings,
+                target,
+                req,
+                &h,
+                rules,
+                &mut trace.captured,
+            )
+            .await?
+            {
                 Encoded::Params(p) => p,
                 Encoded::Rejected(response) => {
                     return Ok(Outcome::Rejected {
@@ -244,7 +259,7 @@ pub async fn run<D: Dispatcher>(
         target: prefill.clone(),
         api: req.kind,
         headers: leg_headers(&trace.captured),
-        body: phase_body::prefill_bytes(req, &ec),
+        body: phase_body::prefill_bytes(req, &ec, plan.kv_connector),
     };
     let resp = match dispatcher.dispatch(leg).await {
         Ok(r) => r,
@@ -284,19 +299,25 @@ pub async fn run<D: Dispatcher>(
         });
     }
     ForwardRules::apply(&rules.capture(&[&resp.headers]), &mut trace.captured);
-    let kv = phase_body::kv_params_from_prefill(&body).map_err(|reason| {
-        PipelineError::BadPrefillResponse {
-            endpoint: prefill.name.clone(),
-            reason,
-        }
-    })?;
+    // Shared storage needs nothing from the prefill's answer: the engines find the KV by the
+    // prompt's tokens.
+    let kv = if plan.kv_connector.needs_prefill_params() {
+        phase_body::kv_params_from_prefill(&body).map_err(|reason| {
+            PipelineError::BadPrefillResponse {
+                endpoint: prefill.name.clone(),
+                reason,
+            }
+        })?
+    } else {
+        serde_json::Map::new()
+    };
     trace.prefill_ran = true;
     let leg = PhaseRequest {
         phase: Phase::Decode,
         target: plan.decode.clone(),
         api: req.kind,
         headers: leg_headers(&trace.captured),
-        body: phase_body::decode_bytes(req, kv),
+        body: phase_body::decode_bytes(req, kv, plan.kv_connector),
     };
     dispatch(dispatcher, leg).await.map(Outcome::Final)
 }

@@ -14,6 +14,8 @@ struct Fake {
     probe_revision: Option<&'static str>,
     /// The prefill leg fails with this instead of answering.
     prefill_error: Option<DispatchError>,
+    /// The prefill leg's body instead of a NIXL answer.
+    prefill_body: Option<&'static [u8]>,
 }
 
 fn scripted(prefill_status: u16, probe_status: u16) -> Fake {
@@ -23,6 +25,7 @@ fn scripted(prefill_status: u16, probe_status: u16) -> Fake {
         probe_status,
         probe_revision: None,
         prefill_error: None,
+        prefill_body: None,
     }
 }
 
@@ -39,7 +42,9 @@ impl Dispatcher for Fake {
             _ if probe => (self.probe_status, b"probe"),
             Phase::Prefill => (
                 self.prefill_status,
-                br#"{"kv_transfer_params":{"remote_engine_id":"p0","remote_block_ids":[1]}}"#,
+                self.prefill_body.unwrap_or(
+                    br#"{"kv_transfer_params":{"remote_engine_id":"p0","remote_block_ids":[1]}}"#,
+                ),
             ),
             _ => (200, b"decoded"),
         };
@@ -65,6 +70,8 @@ fn plan(prefill: Option<&str>, conditional: bool) -> Plan {
         encode: None,
         conditional,
         prefill_fallback: PrefillFallback::Aggregated,
+        kv_connector: KvConnector::Nixl,
+        encode_settings: Default::default(),
     }
 }
 
@@ -115,6 +122,55 @@ async fn split_plan_sends_prefill_then_decode_with_the_handoff() {
     let decode: serde_json::Value = serde_json::from_slice(&legs[1].body).unwrap();
     assert_eq!(decode["kv_transfer_params"]["remote_engine_id"], "p0");
     assert_eq!(decode["max_tokens"], 9);
+}
+
+#[tokio::test]
+async fn shared_storage_sends_the_flags_and_needs_nothing_from_the_prefill_answer() {
+    let shared = Plan {
+        kv_connector: KvConnector::SharedStorage,
+        ..plan(Some("p0"), false)
+    };
+    // The prefill answers with NIXL-style params (ignored) or none at all (fine).
+    for body in [None, Some(&br#"{"choices":[{"text":"x"}]}"#[..])] {
+        let fake = Fake {
+            prefill_body: body,
+            ..scripted(200, 200)
+        };
+        let (out, trace, _) = go(&fake, &shared, 1).await;
+        assert!(matches!(out, Outcome::Final(r) if r.body == "decoded"));
+        assert!(trace.prefill_ran);
+        let legs = fake.legs.lock().unwrap();
+        let body = |i: usize| serde_json::from_slice::<serde_json::Value>(&legs[i].body).unwrap();
+        assert_eq!(
+            body(0)["kv_transfer_params"],
+            serde_json::json!({"do_remote_decode": true, "do_remote_prefill": false})
+        );
+        assert_eq!(
+            body(1)["kv_transfer_params"],
+            serde_json::json!({"do_remote_prefill": true, "do_remote_decode": false})
+        );
+        assert_eq!(
+            (body(0)["max_tokens"].clone(), body(1)["max_tokens"].clone()),
+            (1.into(), 9.into())
+        );
+    }
+    // NIXL needs the answer's params: without them the prefill answer is bad.
+    let fake = Fake {
+        prefill_body: Some(br#"{"choices":[]}"#),
+        ..scripted(200, 200)
+    };
+    let (req, _) = request(1);
+    let err = run(
+        &fake,
+        &plan(Some("p0"), false),
+        &req,
+        &HeaderMap::new(),
+        &ForwardRules::default(),
+        &mut Trace::default(),
+    )
+    .await
+    .unwrap_err();
+    assert!(err.to_string().contains("no `kv_transfer_params`"), "{err}");
 }
 
 #[tokio::test]

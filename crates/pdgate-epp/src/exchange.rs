@@ -202,24 +202,27 @@ impl Exchange {
         match pick::random(&self.epp, self.subset.as_ref()) {
             Ok(dest) => {
                 self.epp.counters.picks.with_label_values(&["random"]).inc();
-                vec![self.destination_headers(&dest, None, None)]
+                vec![self.destination_headers(&dest, None, &[], None)]
             }
             Err(e) => self.reject(e),
         }
     }
 
     /// The request headers answer: the destination list, the prefiller of a split request,
-    /// the body's length when one follows, router-owned client headers removed.
+    /// the profile handler's `extra` headers, the body's length when one follows,
+    /// router-owned client headers removed.
     fn destination_headers(
         &self,
         destinations: &str,
         prefiller: Option<&str>,
+        extra: &[(String, String)],
         body_len: Option<usize>,
     ) -> ProcessingResponse {
         let mut set = vec![(metadata::DESTINATION.to_string(), destinations.to_string())];
         if let Some(p) = prefiller {
             set.push((headers::PREFILLER_HOST_PORT.to_string(), p.to_string()));
         }
+        set.extend(extra.iter().cloned());
         if let Some(n) = body_len {
             set.push(("content-length".to_string(), n.to_string()));
         }
@@ -240,7 +243,8 @@ impl Exchange {
             return match pick::random(&self.epp, self.subset.as_ref()) {
                 Ok(dest) => {
                     self.epp.counters.picks.with_label_values(&["random"]).inc();
-                    let mut out = vec![self.destination_headers(&dest, None, Some(body.len()))];
+                    let mut out =
+                        vec![self.destination_headers(&dest, None, &[], Some(body.len()))];
                     out.extend(messages::body(Half::Request, &body, body_ends));
                     out
                 }
@@ -278,8 +282,12 @@ impl Exchange {
             "scheduled"
         };
         self.epp.counters.picks.with_label_values(&[kind]).inc();
-        let mut out =
-            vec![self.destination_headers(&destinations, prefiller.as_deref(), Some(body.len()))];
+        let mut out = vec![self.destination_headers(
+            &destinations,
+            prefiller.as_deref(),
+            &routed.headers,
+            Some(body.len()),
+        )];
         out.extend(messages::body(Half::Request, &body, body_ends));
         self.routed = Some(routed);
         out
@@ -315,7 +323,10 @@ impl Exchange {
                     p.guard.complete();
                 }
             }
-            let picked = routed.decode.endpoint.endpoint.address.clone();
+            // The first destination: the pick's address, or the address the profile handler
+            // routes it through (a data-parallel rank behind its pod's primary port).
+            let picked = (routed.destinations.first().cloned())
+                .unwrap_or_else(|| routed.decode.endpoint.endpoint.address.clone());
             let served = served_meta.or(served_header).unwrap_or(picked.clone());
             if served == picked {
                 for (k, v) in self

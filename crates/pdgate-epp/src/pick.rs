@@ -8,6 +8,7 @@ use crate::state::Epp;
 use http::HeaderMap;
 use pdgate_api::hints::RoutingHints;
 use pdgate_api::{headers, ApiKind, InferenceRequest};
+use pdgate_scheduler::plugins::data_parallel_profile_handler;
 use pdgate_scheduler::{Endpoint, EndpointState, Pick, RequestHeaders, SchedulingRequest};
 use pdgate_server::errors::ApiError;
 use pdgate_server::header_scan::HeaderNames;
@@ -29,6 +30,9 @@ pub struct Routed {
     /// The prefill pick of a split request, booked; its address goes in
     /// `x-prefiller-host-port`.
     pub prefill: Option<Pick>,
+    /// Request headers the profile handler asks the gateway to set (`name`, `value`), e.g.
+    /// `data-parallel-profile-handler`'s `x-data-parallel-host-port`.
+    pub headers: Vec<(String, String)>,
 }
 
 /// The parts of a request the picker reads.
@@ -148,12 +152,14 @@ pub fn route(epp: &Epp, parsed: InferenceRequest, req: &Buffered<'_>) -> Result<
         .unwrap_or_default();
     let subset = req.subset;
     let outside = |e: &Endpoint| !in_subset(subset, e);
+    let media = pdgate_api::media::media_keys(&parsed.body);
     let result = epp.scheduler.schedule(
         &SchedulingRequest {
             headers: &View(h),
             hints: (!hints.is_empty()).then_some(&hints),
             session: session.as_ref(),
             avoid: Some(&outside),
+            media: &media,
             ..SchedulingRequest::new(rid, &parsed.model, &parsed.prompt)
         },
         &snapshot,
@@ -164,6 +170,17 @@ pub fn route(epp: &Epp, parsed: InferenceRequest, req: &Buffered<'_>) -> Result<
     // A handoff is single-consumer: with `n > 1` decode recomputes (design.md §5.2).
     let prefill = result.prefill.filter(|_| parsed.n == 1);
     let decode = result.decode;
+    // `data-parallel-profile-handler`: the gateway sends to the pod's primary port and the
+    // header names the rank behind it; no fallback (another pod would forward to it anyway).
+    if let Some(dp) = data_parallel_profile_handler::route_of(decode.guard.state()) {
+        let header = data_parallel_profile_handler::HOST_PORT_HEADER.to_string();
+        return Ok(Routed {
+            destinations: vec![dp.destination],
+            decode,
+            prefill,
+            headers: vec![(header, dp.host_port)],
+        });
+    }
     let mut destinations = vec![decode.endpoint.endpoint.address.clone()];
     if !decode.pinned {
         destinations.extend(fallbacks(
@@ -177,6 +194,7 @@ pub fn route(epp: &Epp, parsed: InferenceRequest, req: &Buffered<'_>) -> Result<
         destinations,
         decode,
         prefill,
+        headers: Vec::new(),
     })
 }
 

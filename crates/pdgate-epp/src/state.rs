@@ -144,6 +144,7 @@ impl Epp {
             interval: opts.scrape_interval,
             timeout: opts.scrape_timeout,
             models_every: 25,
+            data: opts.scheduler.data_layer().clone(),
         };
         tasks.push(scrape::start(
             registry.clone(),

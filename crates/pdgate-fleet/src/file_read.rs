@@ -11,6 +11,9 @@ use std::path::Path;
 /// Largest endpoints file read, bytes (10,000 endpoints take about 2 MB).
 pub const MAX_ENDPOINTS_FILE_BYTES: u64 = 16 << 20;
 
+/// Largest config file read (EndpointPickerConfig, coordinator file), bytes.
+pub const MAX_CONFIG_FILE_BYTES: u64 = 16 << 20;
+
 /// The text of `path` when it is a regular file of at most `max` bytes of UTF-8.
 ///
 /// Errors (a message naming the problem): not found or unreadable, not a regular file

@@ -7,7 +7,7 @@
 
 use bytes::Bytes;
 use pdgate_api::{hints::RoutingHints, media::media_items, prefer, ApiKind, InferenceRequest};
-use pdgate_coordinator::{owned, phase_body};
+use pdgate_coordinator::{owned, phase_body, KvConnector};
 use pdgate_scheduler::plugins::label_selector_filter::LabelSelector;
 use pdgate_scheduler::Scheduler;
 use pdgate_server::owned_filter::OwnedFilter;
@@ -48,10 +48,12 @@ pub fn request_body(data: &[u8]) {
         assert!(!owned::ROUTER_OWNED_FIELDS
             .iter()
             .any(|f| req.body.contains_key(f)));
-        let p = object(&phase_body::prefill_bytes(&req, &[]));
-        assert_eq!(p.get("stream"), Some(&Value::Bool(false)));
-        assert_eq!(p.get("max_tokens"), Some(&Value::from(1)));
-        object(&phase_body::decode_bytes(&req, Map::new()));
+        for kv in [KvConnector::Nixl, KvConnector::SharedStorage] {
+            let p = object(&phase_body::prefill_bytes(&req, &[], kv));
+            assert_eq!(p.get("stream"), Some(&Value::Bool(false)));
+            assert_eq!(p.get("max_tokens"), Some(&Value::from(1)));
+            object(&phase_body::decode_bytes(&req, Map::new(), kv));
+        }
         object(&phase_body::aggregated_bytes(&req, &[Value::from(1)]));
     }
     if let Some(clean) = owned::strip_json(data) {

@@ -79,6 +79,9 @@ pub struct EndpointLoad {
     model_key: AtomicU64,
     /// The engine's model objects, verbatim; `None` until known.
     model_cards: ArcSwapOption<Vec<serde_json::Value>>,
+    /// LoRA adapters from `vllm:lora_requests_info`; `None` when not exported or not scraped.
+    /// Read on the pick path by `lora-affinity-scorer`, so lock-free.
+    lora: ArcSwapOption<LoraInfo>,
     in_flight: AtomicU32,
     /// Prompt tokens this router booked here that are still to prefill (see [`TokenGuard`]).
     pending_prefill_tokens: AtomicU64,
@@ -103,6 +106,7 @@ impl Default for EndpointLoad {
             models: ArcSwapOption::empty(),
             model_key: AtomicU64::new(ModelKey::UNKNOWN.0),
             model_cards: ArcSwapOption::empty(),
+            lora: ArcSwapOption::empty(),
             in_flight: AtomicU32::new(0),
             pending_prefill_tokens: AtomicU64::new(0),
             active_tokens: AtomicU64::new(0),
@@ -203,6 +207,15 @@ impl EndpointLoad {
         self.set_models(ids);
         self.model_cards.store(Some(Arc::new(cards)));
     }
+    /// The engine's LoRA adapters (`vllm:lora_requests_info`), when its last scrape had them.
+    pub fn lora(&self) -> Option<Arc<LoraInfo>> {
+        self.lora.load_full()
+    }
+    /// Stores the LoRA adapters of a scrape; `None` when the engine exports none (or the
+    /// scrape failed).
+    pub fn set_lora(&self, lora: Option<LoraInfo>) {
+        self.lora.store(lora.map(Arc::new));
+    }
     /// Whether the last `/metrics` scrape answered: `None` before the first scrape.
     pub fn reachable(&self) -> Option<bool> {
         match self.reachable.load(Ordering::Relaxed) {
@@ -251,6 +264,39 @@ impl EndpointLoad {
         match (self.running(), self.waiting()) {
             (None, None) => booked,
             (r, w) => booked.max(r.unwrap_or(0.0) + w.unwrap_or(0.0)),
+        }
+    }
+}
+
+/// The LoRA adapters of one engine, from the labels of its `vllm:lora_requests_info` series
+/// with the highest value (vLLM's value is the series' creation time, so the latest state).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LoraInfo {
+    /// Adapters loaded and running (`running_lora_adapters`): unique names, in label order.
+    pub running: Vec<String>,
+    /// Adapters waiting to be loaded (`waiting_lora_adapters`): unique names, in label order.
+    pub waiting: Vec<String>,
+    /// Adapters the engine holds at once (`max_lora`); 0 when absent or not an integer.
+    pub max_lora: usize,
+}
+
+impl LoraInfo {
+    /// From the label values `running_lora_adapters` and `waiting_lora_adapters`
+    /// (comma-separated; names trimmed, empty ones and repeats dropped) and `max_lora`.
+    pub fn from_labels(running: &str, waiting: &str, max_lora: &str) -> LoraInfo {
+        fn names(csv: &str) -> Vec<String> {
+            let mut out: Vec<String> = Vec::new();
+            for n in csv.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+                if !out.iter().any(|o| o == n) {
+                    out.push(n.to_string());
+                }
+            }
+            out
+        }
+        LoraInfo {
+            running: names(running),
+            waiting: names(waiting),
+            max_lora: max_lora.trim().parse().unwrap_or(0),
         }
     }
 }

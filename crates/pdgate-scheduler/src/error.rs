@@ -97,6 +97,15 @@ pub enum Rejection {
         /// The profile whose filters emptied the candidate set.
         profile: String,
     },
+    /// An admitter plugin refused the request (e.g. `probabilistic-admitter` shedding a
+    /// sheddable request under load) → 429; the message names the plugin.
+    #[error("request not admitted by `{plugin}`: {reason}")]
+    NotAdmitted {
+        /// The admitter's plugin name.
+        plugin: String,
+        /// Why, in the admitter's words.
+        reason: String,
+    },
     /// A header named a profile the config does not define → 400.
     #[error("unknown scheduling profile `{0}`")]
     UnknownProfile(String),

@@ -28,7 +28,8 @@ mod scheduler;
 
 pub use booking::Booking;
 pub use endpoint::{
-    monotonic_ms, Endpoint, EndpointLoad, EndpointState, InFlightGuard, Snapshot, TokenGuard,
+    monotonic_ms, Endpoint, EndpointLoad, EndpointState, InFlightGuard, LoraInfo, Snapshot,
+    TokenGuard,
 };
 pub use error::{ConfigError, Rejection};
 pub use pins::{check_ranks, pin_for, resolve, validate, Pin, PinError, Resolved};

@@ -23,6 +23,21 @@ pub trait Screener: Send + Sync {
     fn screen(&self, ctx: &RequestCtx<'_>, candidates: &mut Candidates<'_>) -> Result<(), String>;
 }
 
+/// Decides once per request, after the screeners and before any profile, whether the request
+/// may be scheduled at all (llm-d `Admitter`). Runs only when the front end gives the
+/// request's priority ([`crate::SchedulingRequest::priority`]): once per client request, not
+/// for the phase legs and retries scheduled after it.
+pub trait Admitter: Send + Sync {
+    /// `Err(reason)` refuses the request; the scheduler answers [`Rejection::NotAdmitted`]
+    /// (429) naming the plugin and the reason. `candidates` are the screened endpoints.
+    fn admit(
+        &self,
+        ctx: &RequestCtx<'_>,
+        priority: i32,
+        candidates: &[&Arc<EndpointState>],
+    ) -> Result<(), String>;
+}
+
 /// Removes endpoints that must not serve the request in this profile.
 pub trait Filter: Send + Sync {
     /// Keeps the candidates that pass; the order of the kept ones is preserved.

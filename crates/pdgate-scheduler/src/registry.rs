@@ -5,7 +5,7 @@
 //! implements plus its effective parameters (defaults filled in) for `effective_config_yaml`.
 
 use crate::plugin::{
-    Decider, Filter, MetricsSource, Picker, PreRequest, ProfileHandler, RequestAbandoned,
+    Admitter, Decider, Filter, MetricsSource, Picker, PreRequest, ProfileHandler, RequestAbandoned,
     RequestRejected, ResponseHeader, Scorer, Screener,
 };
 use crate::plugins;
@@ -32,6 +32,8 @@ pub enum Stage {
 pub struct Built {
     /// Screener extension point (runs once per request, before any profile).
     pub screener: Option<Arc<dyn Screener>>,
+    /// Admitter extension point (runs once per request, after the screeners).
+    pub admitter: Option<Arc<dyn Admitter>>,
     /// Filter extension point.
     pub filter: Option<Arc<dyn Filter>>,
     /// Scorer extension point.
@@ -60,6 +62,12 @@ pub struct Built {
     pub flow_policy: Option<crate::flow::plugins::FlowPolicy>,
     /// Tokenization parameters (`token-producer`), for the front ends to act on.
     pub token_producer: Option<Arc<crate::plugins::token_producer::TokenProducerParams>>,
+    /// State a data producer shares with the consumers that name it (e.g. the per-endpoint
+    /// caches of `mm-embeddings-cache-producer`); a consumer downcasts it to the producer's
+    /// own type, found by the producer's name in [`BuildCtx::built`].
+    pub shared: Option<Arc<dyn std::any::Any + Send + Sync>>,
+    /// Data-layer plugin (`dataLayer.sources`: a data source or an extractor).
+    pub data: Option<crate::config::DataPlugin>,
     /// Effective parameters (`Value::Null` for plugins without parameters).
     pub params: Value,
 }
@@ -193,7 +201,206 @@ pub static PLUGIN_TYPES: &[PluginType] = &[
     plugins::rollout::TYPE,
     plugins::token_producer::TYPE,
     plugins::token_producer::LEGACY_TYPE,
+    plugins::data_parallel_profile_handler::TYPE,
+    plugins::always_disagg_multimodal_decider::TYPE,
+    plugins::mm_embeddings_cache_producer::TYPE,
+    plugins::mm_embeddings_cache_scorer::TYPE,
+    plugins::no_hit_lru_scorer::TYPE,
+    plugins::burst_prefix_cache_producer::TYPE,
+    plugins::probabilistic_admitter::TYPE,
+    plugins::endpoint_attribute_filter::TYPE,
+    plugins::endpoint_attribute_scorer::TYPE,
+    plugins::topology_extractor::TYPE,
+    plugins::topology_affinity_filter::TYPE,
+    plugins::topology_affinity_scorer::TYPE,
+    plugins::lora_affinity_scorer::TYPE,
+    plugins::metrics_data_source::TYPE,
+    plugins::core_metrics_extractor::TYPE,
+    plugins::endpoint_notification_source::TYPE,
+    plugins::models_data_source::TYPE,
+    plugins::models_data_extractor::TYPE,
 ];
+
+/// llm-d plugin types pdgate refuses, each with the reason the loader gives
+/// (`unsupported plugin type `t` (reason)`) and the README's compatibility table repeats.
+pub static REFUSED: &[(&str, &str)] = &[
+    (
+        "by-label-selector",
+        "a deprecated llm-d alias: write `label-selector-filter`, with the same parameters",
+    ),
+    (
+        "utilization-filter",
+        "not implemented: an llm-d Alpha filter on per-endpoint utilization metrics",
+    ),
+    (
+        "context-length-aware",
+        "not implemented: matches the prompt length to per-endpoint context-length label ranges",
+    ),
+    (
+        "header-label-affinity-scorer",
+        "not implemented: an llm-d Alpha scorer matching a request header to an endpoint label",
+    ),
+    (
+        "dcgm-data-source",
+        "reads NVIDIA DCGM hardware GPU counters, which pdgate does not collect",
+    ),
+    (
+        "dcgm-extractor",
+        "extracts NVIDIA DCGM hardware GPU counters, which pdgate does not collect",
+    ),
+    (
+        "disagg-headers-handler",
+        "a deprecated llm-d alias: `disagg-profile-handler` sets the routing headers",
+    ),
+    (
+        "prefill-header-handler",
+        "a deprecated llm-d alias: `disagg-profile-handler` sets the routing headers",
+    ),
+    (
+        "pd-profile-handler",
+        "a deprecated llm-d alias: write `disagg-profile-handler` with `deciders`",
+    ),
+    (
+        "token-load-scorer",
+        "not implemented: pdgate's `kv-cost-scorer` scores queued tokens instead",
+    ),
+    (
+        "precise-prefix-cache-scorer",
+        "a deprecated llm-d wrapper: write `precise-prefix-cache-producer` and `prefix-cache-scorer`",
+    ),
+    (
+        "p2p-source-producer",
+        "not implemented: peer-to-peer KV transfer hints in `x-kv-cache-source-host-port`",
+    ),
+    (
+        "multicluster-session-affinity-filter",
+        "multi-cluster EPP federation: pdgate routes within one fleet",
+    ),
+    (
+        "multicluster-queue-scorer",
+        "multi-cluster EPP federation: pdgate routes within one fleet",
+    ),
+    (
+        "multicluster-kv-cache-utilization-scorer",
+        "multi-cluster EPP federation: pdgate routes within one fleet",
+    ),
+    (
+        "multicluster-prefix-cache-scorer",
+        "multi-cluster EPP federation: pdgate routes within one fleet",
+    ),
+    (
+        "multicluster-approx-prefix-cache-producer",
+        "multi-cluster EPP federation: pdgate routes within one fleet",
+    ),
+    (
+        "multicluster-metrics-data-source",
+        "multi-cluster EPP federation: pdgate routes within one fleet",
+    ),
+    (
+        "multicluster-metrics-extractor",
+        "multi-cluster EPP federation: pdgate routes within one fleet",
+    ),
+    (
+        "multicluster-file-discovery",
+        "multi-cluster EPP federation: pdgate routes within one fleet",
+    ),
+    (
+        "sheddable-eviction-filter",
+        "llm-d wires it itself for `flowControl.enableEviction`; pdgate evicts the same way with no plugin entry",
+    ),
+    (
+        "priority-then-time-eviction-order-policy",
+        "llm-d wires it itself for `flowControl.enableEviction`; pdgate evicts the same way with no plugin entry",
+    ),
+    (
+        "inflight-load-producer",
+        "pdgate counts in-flight requests and tokens itself; llm-d creates this producer on its own, no entry is needed",
+    ),
+    (
+        "predicted-latency-producer",
+        "needs llm-d's latency-predictor training and prediction sidecars, which pdgate does not run",
+    ),
+    (
+        "latency-slo-admitter",
+        "reads the predictions of `predicted-latency-producer`, which needs llm-d's latency-predictor sidecars and which pdgate does not run",
+    ),
+    (
+        "slo-headroom-tier-filter",
+        "reads the predictions of `predicted-latency-producer`, which needs llm-d's latency-predictor sidecars and which pdgate does not run",
+    ),
+    (
+        "latency-scorer",
+        "reads the predictions of `predicted-latency-producer`, which needs llm-d's latency-predictor sidecars and which pdgate does not run",
+    ),
+    (
+        "prefix-cache-affinity-filter",
+        "not implemented: the sticky prefix-cache filter of llm-d's latency-predictor family",
+    ),
+    (
+        "session-id-producer",
+        "not implemented: pdgate's session affinity reads its `x-session-token` header itself",
+    ),
+    (
+        "header-based-testing-filter",
+        "a gateway conformance-test plugin pdgate does not implement",
+    ),
+    (
+        "destination-endpoint-served-verifier",
+        "a gateway conformance-test plugin pdgate does not implement",
+    ),
+    (
+        "k8s-notification-source",
+        "delivers Kubernetes object events to notification extractors, and no pdgate plugin is one; pdgate's Kubernetes discovery watches the pods it routes to",
+    ),
+    (
+        "request-attribute-reporter",
+        "not implemented: evaluates CEL over token usage into Envoy dynamic metadata",
+    ),
+    (
+        "openai-parser",
+        "request parsing is built in: pdgate reads OpenAI `/v1/completions` and `/v1/chat/completions` requests itself",
+    ),
+    (
+        "passthrough-parser",
+        "request parsing is built in: pdgate routes only OpenAI `/v1/completions` and `/v1/chat/completions`",
+    ),
+    (
+        "anthropic-parser",
+        "pdgate does not route that protocol: it reads OpenAI `/v1/completions` and `/v1/chat/completions` requests itself",
+    ),
+    (
+        "vllmhttp-parser",
+        "pdgate does not route that protocol: it reads OpenAI `/v1/completions` and `/v1/chat/completions` requests itself",
+    ),
+    (
+        "sglanghttp-parser",
+        "pdgate does not route that protocol: it reads OpenAI `/v1/completions` and `/v1/chat/completions` requests itself",
+    ),
+    (
+        "vllmgrpc-parser",
+        "pdgate does not route that protocol: it reads OpenAI `/v1/completions` and `/v1/chat/completions` requests itself",
+    ),
+    (
+        "vertexai-parser",
+        "pdgate does not route that protocol: it reads OpenAI `/v1/completions` and `/v1/chat/completions` requests itself",
+    ),
+    (
+        "file-discovery",
+        "pdgate discovers endpoints from its own flags; `--endpoints FILE` is its file discovery",
+    ),
+    (
+        "agent-identity",
+        "not implemented: derives the fairness id from agent session headers",
+    ),
+];
+
+/// Why pdgate refuses llm-d plugin type `type_name`, when it is one of [`REFUSED`].
+pub fn refusal(type_name: &str) -> Option<&'static str> {
+    REFUSED
+        .iter()
+        .find(|(t, _)| *t == type_name)
+        .map(|(_, why)| *why)
+}
 
 /// Looks a plugin type up by name: the scheduling plugins above, then the flow-control ones
 /// ([`crate::flow::plugins::TYPES`]).

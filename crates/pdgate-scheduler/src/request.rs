@@ -57,6 +57,14 @@ pub struct SchedulingRequest<'a> {
     /// Endpoints this request must not use (open circuit breakers, endpoints that already
     /// failed it, other revisions on a retry); pinned endpoints are not affected.
     pub avoid: Option<&'a (dyn Fn(&crate::Endpoint) -> bool + Sync)>,
+    /// Content hashes of the request's multimodal items (image, audio, video parts), one per
+    /// item in request order, duplicates kept: [`pdgate_api::media::MediaItem::key`], computed
+    /// once at ingress. Empty for text-only requests (and by default).
+    pub media: &'a [u64],
+    /// The request's priority (its InferenceObjective's; < 0 is sheddable), given by the
+    /// front end on a client request's first schedule: the admitters run only then
+    /// (`None`, the default, for phase legs and retries, which were admitted already).
+    pub priority: Option<i32>,
 }
 
 /// A session's endpoints by phase (names), from the server's session table. A bound
@@ -94,6 +102,8 @@ impl<'a> SchedulingRequest<'a> {
             hints: None,
             session: None,
             avoid: None,
+            media: &[],
+            priority: None,
         }
     }
 }
@@ -299,7 +309,7 @@ impl<'a> RequestCtx<'a> {
         out: &mut Vec<usize>,
     ) {
         let hashes = self.block_hashes(index);
-        index.match_lengths(hashes, endpoints, out);
+        index.match_lengths_for(&self.state, hashes, endpoints, out);
         let mut memo = self.matches.borrow_mut();
         for (e, m) in endpoints.iter().zip(out.iter()) {
             memo.push((index.slot(), Arc::as_ptr(e) as usize, *m));
@@ -317,7 +327,7 @@ impl<'a> RequestCtx<'a> {
         {
             return m;
         }
-        let m = index.match_length(self.block_hashes(index), endpoint);
+        let m = index.match_length_for(&self.state, self.block_hashes(index), endpoint);
         self.matches.borrow_mut().push((key.0, key.1, m));
         m
     }

@@ -25,6 +25,7 @@ pub struct Scheduler {
     effective_yaml: String,
     flow: crate::flow::FlowSettings,
     token_producer: Option<Arc<crate::plugins::token_producer::TokenProducerParams>>,
+    data_layer: Arc<crate::config::DataLayer>,
 }
 
 impl Scheduler {
@@ -55,6 +56,7 @@ impl Scheduler {
             effective_yaml,
             flow,
             token_producer,
+            data_layer,
         } = config::load(yaml, source, extra)?;
         Ok(Scheduler {
             profiles,
@@ -64,6 +66,7 @@ impl Scheduler {
             effective_yaml,
             flow,
             token_producer,
+            data_layer,
         })
     }
 
@@ -71,6 +74,12 @@ impl Scheduler {
     /// prompts with them before [`Self::schedule`] (the scheduler does no IO).
     pub fn token_producer(&self) -> Option<&crate::plugins::token_producer::TokenProducerParams> {
         self.token_producer.as_deref()
+    }
+
+    /// What the engine scraper reads and how often (`dataLayer`: metrics path, port and
+    /// period, the engine-type → metric-name mapping, the model-list path and period).
+    pub fn data_layer(&self) -> &Arc<crate::config::DataLayer> {
+        &self.data_layer
     }
 
     /// Flow control and admission as configured (`featureGates`, `flowControl`, the
@@ -100,10 +109,12 @@ impl Scheduler {
     /// (`req.conditional`) is served by its decode pick only when the handler's decider keeps
     /// it there. Every pick is booked (in-flight +1, and its prompt tokens: those not cached on
     /// it still to prefill, except on a `Decode` pick, and all of them active) at pick time;
-    /// PreRequest hooks then see the result.
+    /// PreRequest hooks then see the result. With `req.priority` given, the admitters run
+    /// on the screened candidates first.
     ///
     /// Errors ([`Rejected`]): [`Rejection::NoEndpoints`], [`Rejection::NoEndpointForModel`],
-    /// [`Rejection::Screened`] (503); [`Rejection::Saturated`] (429);
+    /// [`Rejection::Screened`] (503); [`Rejection::Saturated`], [`Rejection::NotAdmitted`]
+    /// (429);
     /// [`Rejection::UnknownProfile`] (400); [`Rejection::DecodeDeferred`] (412). A rejection
     /// produced after screening carries the headers of the `RequestRejected` hooks.
     pub fn schedule(
@@ -160,13 +171,38 @@ impl Scheduler {
                 return Err(Rejection::Screened { reason }.into());
             }
         }
-        self.schedule_screened(&ctx, &base).map_err(|reason| {
-            let mut headers = Vec::new();
-            for hook in &self.hooks.rejected {
-                hook.request_rejected(&ctx, &reason, &mut headers);
-            }
-            Rejected { reason, headers }
-        })
+        // Admitters (llm-d: after the screeners, before scheduling), once per client request.
+        let admitted = match req.priority {
+            Some(priority) => self.admit(&ctx, priority, &base),
+            None => Ok(()),
+        };
+        admitted
+            .and_then(|()| self.schedule_screened(&ctx, &base))
+            .map_err(|reason| {
+                let mut headers = Vec::new();
+                for hook in &self.hooks.rejected {
+                    hook.request_rejected(&ctx, &reason, &mut headers);
+                }
+                Rejected { reason, headers }
+            })
+    }
+
+    /// Runs the admitters in config order; the first refusal wins.
+    fn admit(
+        &self,
+        ctx: &RequestCtx<'_>,
+        priority: i32,
+        base: &[&Arc<crate::EndpointState>],
+    ) -> Result<(), Rejection> {
+        for (name, admitter) in &self.hooks.admitters {
+            admitter
+                .admit(ctx, priority, base)
+                .map_err(|reason| Rejection::NotAdmitted {
+                    plugin: name.clone(),
+                    reason,
+                })?;
+        }
+        Ok(())
     }
 
     fn schedule_screened(

@@ -50,6 +50,12 @@ pub struct ServeOptions {
     pub trust: crate::trust::TrustedCallers,
     /// InferenceObjective priorities (`--inference-objective`), for flow control.
     pub objectives: crate::flow_control::Objectives,
+    /// The `kv_transfer_params` contract of split requests (`--kv-connector`).
+    pub kv_connector: pdgate_coordinator::KvConnector,
+    /// The upstream connection pool.
+    pub upstream_pool: crate::upstream::PoolSettings,
+    /// The encode step's contract and fan-out (`--ec-connector`, `--encode-max-parallel`).
+    pub encode: pdgate_coordinator::EncodeSettings,
 }
 
 /// The per-role routers a coordinator dispatches phases to over HTTP, each selecting its
@@ -112,6 +118,9 @@ impl ServeOptions {
             client_limits: Default::default(),
             trust: Default::default(),
             objectives: Default::default(),
+            kv_connector: Default::default(),
+            upstream_pool: Default::default(),
+            encode: Default::default(),
         }
     }
 }
@@ -158,6 +167,12 @@ pub struct AppState {
     pub kv_feed: Option<Arc<crate::kv_feed::KvFeed>>,
     /// The `token-producer` step ([`crate::prompt_tokens`]), when configured.
     pub tokens: Option<Arc<crate::prompt_tokens::PromptTokens>>,
+    /// The `kv_transfer_params` contract of split requests.
+    pub kv_connector: pdgate_coordinator::KvConnector,
+    /// The encode step's contract and fan-out.
+    pub encode: pdgate_coordinator::EncodeSettings,
+    /// Client requests being answered (draining waits for them).
+    pub active: crate::active::ActiveRequests,
 }
 
 /// A running server; stops its tasks when dropped.
@@ -368,12 +383,13 @@ pub async fn start_state(
     if let Some(t) = discovery::start(opts.endpoints, registry.clone()).await? {
         tasks.push(t);
     }
-    let upstream = Upstream::new(opts.resilience.timeouts.connect);
+    let upstream = Upstream::new(opts.resilience.timeouts.connect, opts.upstream_pool);
     let metrics = Arc::new(Metrics::new());
     let settings = scrape::ScrapeSettings {
         interval: opts.scrape_interval,
         timeout: opts.scrape_timeout,
         models_every: 25,
+        data: opts.scheduler.data_layer().clone(),
     };
     let effects = crate::bounds::ScrapeEffects::new(opts.scheduler.clone(), metrics.clone());
     let client = scrape::client::ScrapeClient::new(opts.resilience.timeouts.connect);
@@ -389,10 +405,14 @@ pub async fn start_state(
         registry.clone(),
         metrics.registry(),
     );
+    let scrape_period = opts
+        .scheduler
+        .data_layer()
+        .metrics_period(opts.scrape_interval);
     opts.scheduler
         .flow()
         .detector
-        .set_scrape_interval(opts.scrape_interval);
+        .set_scrape_interval(scrape_period);
     tasks.push(tokio::spawn(flow.clone().run()));
     let kv_feed = crate::kv_feed::KvFeed::start(&registry, &opts.scheduler);
     let state = Arc::new(AppState {
@@ -418,6 +438,9 @@ pub async fn start_state(
         objectives: opts.objectives,
         flow,
         tokens,
+        kv_connector: opts.kv_connector,
+        encode: opts.encode,
+        active: Default::default(),
     });
     Ok((state, tasks))
 }
@@ -462,6 +485,9 @@ impl AppState {
             timeouts: self.timeouts,
             retry: self.retry,
             prefill_fallback: self.prefill_fallback,
+            kv_connector: self.kv_connector,
+            encode: self.encode,
+            active: self.active.clone(),
             client_limits: self.client_limits,
             connections: self.connections.clone(),
             body_budget: self.body_budget.clone(),

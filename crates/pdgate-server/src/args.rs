@@ -6,6 +6,7 @@ use crate::app::{
 };
 use anyhow::Context;
 use pdgate_coordinator::header_rules::ForwardRules;
+use pdgate_coordinator::{EcConnector, KvConnector};
 use pdgate_fleet::endpoints_file::check_address;
 use pdgate_fleet::EndpointSource;
 use pdgate_scheduler::{Scheduler, DEFAULT_CONFIG_YAML};
@@ -92,6 +93,68 @@ pub struct ServeArgs {
     /// `x-llm-d-disagg-revision`; an empty value forwards nothing.
     #[arg(long, value_delimiter = ',', num_args = 0..)]
     pub forward_response_headers: Option<Vec<String>>,
+    /// The `kv_transfer_params` contract of split requests: `kv-nixl` (vLLM NixlConnector:
+    /// decode pulls the blocks the prefill answer names) or `kv-shared-storage` (vLLM
+    /// ExampleConnector: both engines share a KV store keyed by the prompt's tokens).
+    #[arg(long, default_value_t = KvConnector::default(), value_parser = |s: &str| s.parse::<KvConnector>())]
+    pub kv_connector: KvConnector,
+    /// How encode legs hand their output to prefill: `pdgate` (encoders answer
+    /// `ec_transfer_params`, the pdgate simulator's handoff) or `ec-shared-storage` (vLLM
+    /// ECExampleConnector: engines share an encoder cache keyed by mm_hash).
+    #[arg(long, default_value_t = EcConnector::default(), value_parser = |s: &str| s.parse::<EcConnector>())]
+    pub ec_connector: EcConnector,
+    /// Encode legs in flight at once for one request.
+    #[arg(long, default_value_t = pdgate_coordinator::ec_connector::DEFAULT_ENCODE_PARALLELISM,
+          value_parser = |s: &str| match s.parse::<usize>() {
+              Ok(n) if (1..=crate::coordinator_config::MAX_ENCODE_PARALLEL).contains(&n) => Ok(n),
+              _ => Err(format!("`{s}` is not a number of legs within 1..={}",
+                               crate::coordinator_config::MAX_ENCODE_PARALLEL)),
+          })]
+    pub encode_max_parallel: usize,
+    /// Idle keep-alive connections kept per upstream host (engines or routers).
+    #[arg(long, default_value_t = crate::upstream::DEFAULT_MAX_IDLE_PER_HOST)]
+    pub upstream_max_idle_per_host: usize,
+    /// How long an idle upstream connection is kept, ms.
+    #[arg(long, default_value_t = pdgate_fleet::scrape::client::DEFAULT_POOL_IDLE_TIMEOUT.as_millis() as u64,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub upstream_idle_timeout_ms: u64,
+    /// llm-d's coordinator YAML (server, gateway, pipeline): run as that coordinator
+    /// (`crate::coordinator_config`); its settings replace the flags they map to, which may
+    /// then not be given too. `COORDINATOR_*` environment variables override it.
+    #[arg(long, conflicts_with_all = [
+        "host", "port", "prefill_router", "decode_router", "encode_router",
+        "conditional_decode", "forward_response_headers", "kv_connector", "max_body_bytes",
+        "ec_connector", "encode_max_parallel",
+        "upstream_max_idle_per_host", "upstream_idle_timeout_ms", "shutdown_grace_ms",
+        "client_header_timeout_ms", "client_body_timeout_ms", "stream_head_timeout_secs",
+        "leg_deadline_secs", "endpoints", "endpoint", "pool_name", "pod_selector",
+    ])]
+    pub coordinator_config: Option<PathBuf>,
+}
+
+/// The text of a config file: a regular file of at most
+/// [`pdgate_fleet::file_read::MAX_CONFIG_FILE_BYTES`] (so `/dev/zero` or a FIFO cannot eat
+/// memory or hang the start).
+///
+/// Errors: a message naming the path and the problem.
+pub fn read_config_file(path: &std::path::Path) -> anyhow::Result<String> {
+    pdgate_fleet::file_read::read_regular_file(path, pdgate_fleet::file_read::MAX_CONFIG_FILE_BYTES)
+        .map_err(|e| anyhow::anyhow!("reading {}: {e}", path.display()))
+}
+
+/// Loads llm-d's coordinator YAML at `path`, with `COORDINATOR_*` environment overrides.
+///
+/// Errors: the file cannot be read, or every problem found, one per line as `check-config`
+/// shows them.
+pub fn load_coordinator_config(
+    path: &std::path::Path,
+) -> anyhow::Result<crate::coordinator_config::CoordinatorConfig> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    crate::coordinator_config::CoordinatorConfig::load(&text, &path.display().to_string(), &|k| {
+        std::env::var(k).ok()
+    })
+    .map_err(|all| anyhow::anyhow!("invalid coordinator config:\n{all}"))
 }
 
 /// Loads the scheduler config named by `path`, or the built-in default.
@@ -101,8 +164,7 @@ pub struct ServeArgs {
 pub fn load_scheduler(path: Option<&PathBuf>) -> anyhow::Result<Scheduler> {
     match path {
         Some(p) => {
-            let text =
-                std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
+            let text = read_config_file(p)?;
             let source = p.display().to_string();
             Scheduler::from_yaml(&text, &source).map_err(|first| {
                 match pdgate_scheduler::config::check(&text, &source) {
@@ -119,7 +181,18 @@ pub fn load_scheduler(path: Option<&PathBuf>) -> anyhow::Result<Scheduler> {
 }
 
 /// Runs `pdgate serve` until the process is stopped.
-pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
+pub async fn run(mut args: ServeArgs) -> anyhow::Result<()> {
+    if let Some(path) = args.coordinator_config.clone() {
+        let c = load_coordinator_config(&path)?;
+        c.apply(&mut args);
+        tracing::info!(
+            file = %path.display(),
+            gateway = %c.gateway,
+            kv_connector = %c.kv_connector,
+            conditional_decode = c.conditional_decode,
+            "coordinator config loaded"
+        );
+    }
     let scheduler = load_scheduler(args.config.as_ref())?;
     if args.print_config {
         print!("{}", scheduler.effective_config_yaml());
@@ -143,6 +216,15 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     opts.scrape_interval = Duration::from_millis(args.scrape_interval_ms);
     opts.scrape_timeout = Duration::from_millis(args.scrape_timeout_ms.max(1));
     opts.resilience = args.resilience.settings();
+    opts.kv_connector = args.kv_connector;
+    opts.encode = pdgate_coordinator::EncodeSettings {
+        connector: args.ec_connector,
+        parallelism: args.encode_max_parallel,
+    };
+    opts.upstream_pool = crate::upstream::PoolSettings {
+        max_idle_per_host: args.upstream_max_idle_per_host,
+        idle_timeout: Duration::from_millis(args.upstream_idle_timeout_ms),
+    };
     let networks = crate::trust::parse_networks(&args.trusted_coordinator_networks)
         .map_err(anyhow::Error::msg)?;
     opts.trust = match &args.coordinator_token_file {
@@ -196,11 +278,14 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let grace = Duration::from_millis(args.shutdown_grace_ms);
     tracing::info!(
         in_flight = state.in_flight_total(),
+        active = state.active.count(),
         ?grace,
         "pdgate serve draining"
     );
     let deadline = tokio::time::Instant::now() + grace;
-    while state.in_flight_total() > 0 && tokio::time::Instant::now() < deadline {
+    // Every answer still being sent counts (`active`); a coordinator's legs book nothing here.
+    let busy = || state.in_flight_total() > 0 || state.active.count() > 0;
+    while busy() && tokio::time::Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     // A moment for the last answers to leave.

@@ -146,7 +146,9 @@ impl ApiError {
                 Rejection::NoEndpoints
                 | Rejection::NoEndpointForModel { .. }
                 | Rejection::Screened { .. } => StatusCode::SERVICE_UNAVAILABLE,
-                Rejection::Saturated { .. } => StatusCode::TOO_MANY_REQUESTS,
+                Rejection::Saturated { .. } | Rejection::NotAdmitted { .. } => {
+                    StatusCode::TOO_MANY_REQUESTS
+                }
                 Rejection::UnknownProfile(_) => StatusCode::BAD_REQUEST,
                 Rejection::DecodeDeferred { .. } => StatusCode::PRECONDITION_FAILED,
                 Rejection::Pin { status, .. } => {

@@ -61,6 +61,13 @@ fn every_error_has_its_status() {
             }),
             429,
         ),
+        (
+            rejected(Rejection::NotAdmitted {
+                plugin: "probabilistic-admitter".into(),
+                reason: "rejected".into(),
+            }),
+            429,
+        ),
         (rejected(Rejection::UnknownProfile("x".into())), 400),
         (
             rejected(Rejection::DecodeDeferred {

@@ -11,12 +11,16 @@
 //! [`pdgate_scheduler::flow::Outcome::client_answer`]. With `enableEviction`, each dispatched
 //! request also gets an [`InFlight`] ticket for the life of its answer, and a cycle whose
 //! highest queued band stays blocked may evict sheddable ones ([`crate::flow_eviction`]).
+//! When a band uses `program-aware-fairness`, each dispatched request also gets a
+//! [`ProgramTicket`] that reports its cost when its answer ends ([`crate::flow_programs`]).
 
 use crate::flow_eviction::{Evictions, InFlight};
 pub use crate::flow_key::{flow_key, priority, FlowKey, Objectives};
 use crate::flow_metrics::FlowMetrics;
+use crate::flow_programs::{ProgramMetrics, ProgramTicket};
 use parking_lot::Mutex;
 use pdgate_fleet::EndpointRegistry;
+use pdgate_scheduler::flow::usage_limit::Limiter;
 use pdgate_scheduler::flow::{detector, FlowSettings, Item, Outcome, Queues};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
@@ -46,6 +50,8 @@ struct Inner {
     /// When `pool_empty` last changed, ms since start.
     regime_since_ms: u64,
     last_sweep_ms: u64,
+    /// The usage-limit gate: per-band dispatch ceilings and the policy's state.
+    limiter: Limiter,
 }
 
 /// The flow controller (see the module docs). Shared by every server thread.
@@ -62,6 +68,8 @@ pub struct FlowController {
     start: Instant,
     /// With `enableEviction` (and the gate): the dispatched requests that can be evicted.
     evictions: Option<Arc<Evictions>>,
+    /// With a program-aware band (and the gate): its gauges.
+    programs: Option<ProgramMetrics>,
 }
 
 /// Held from admission until the request has booked its endpoint (drop it after
@@ -69,12 +77,19 @@ pub struct FlowController {
 pub struct Admission {
     ctl: Option<Arc<FlowController>>,
     ticket: Option<InFlight>,
+    program: Option<ProgramTicket>,
 }
 
 impl Admission {
     /// The request's eviction ticket (with `enableEviction`): keep it with the answer.
     pub fn take_ticket(&mut self) -> Option<InFlight> {
         self.ticket.take()
+    }
+
+    /// The request's program ticket (with a program-aware band): keep it with the answer
+    /// ([`crate::flow_programs::metered`]).
+    pub fn take_program(&mut self) -> Option<ProgramTicket> {
+        self.program.take()
     }
 }
 
@@ -127,9 +142,12 @@ impl FlowController {
         let metrics = FlowMetrics::new(registry_metrics);
         let evictions = (settings.gate && settings.control.enable_eviction)
             .then(|| Evictions::new(metrics.clone()));
+        let programs = (settings.gate && queues.program_aware())
+            .then(|| ProgramMetrics::new(registry_metrics));
         Arc::new(FlowController {
             metrics,
             evictions,
+            programs,
             inner: Mutex::new(Inner {
                 queues,
                 waiters: HashMap::new(),
@@ -137,6 +155,7 @@ impl FlowController {
                 pool_empty: false,
                 regime_since_ms: 0,
                 last_sweep_ms: 0,
+                limiter: Limiter::new(settings.control.usage_limit),
             }),
             settings,
             registry,
@@ -251,6 +270,7 @@ impl FlowController {
     /// Errors: the outcome that ended the wait (capacity, TTL, no endpoints, shutdown);
     /// a client that leaves simply drops the future (counted `EvictedContextCancelled`).
     pub async fn admit(self: &Arc<Self>, key: FlowKey) -> Result<Admission, Outcome> {
+        let queued_item: Item;
         let (id, rx, band) = {
             let mut inner = self.inner.lock();
             let item = Item {
@@ -266,13 +286,18 @@ impl FlowController {
                 self.finished(&item, None, Outcome::RejectedOther);
                 return Err(Outcome::RejectedOther);
             }
-            if inner.queues.is_empty() && self.saturation() < self.settings.control.usage_limit {
+            if inner.queues.is_empty() && {
+                let (s, g) = (self.saturation(), &mut *inner);
+                g.limiter.open(s, &g.queues, Some(item.priority))
+            } {
                 self.pending.fetch_add(1, Ordering::AcqRel);
                 self.finished(&item, Some(Instant::now()), Outcome::Dispatched);
-                return Ok(self.admission(item.priority));
+                let program = self.program_dispatched(&mut inner.queues, &item);
+                return Ok(self.admission(item.priority, program));
             }
             let id = item.id;
             let priority = item.priority;
+            queued_item = item.clone();
             if inner.queues.enqueue(item.clone()).is_err() {
                 let snap = self.registry.snapshot();
                 let outcome = match snap.endpoints.iter().any(|e| e.endpoint.schedulable()) {
@@ -306,17 +331,61 @@ impl FlowController {
         };
         queued.rx = None; // finalized: nothing for the guard to undo
         match outcome {
-            Outcome::Dispatched => Ok(self.admission(band)),
+            Outcome::Dispatched => {
+                let program = match self.programs {
+                    Some(_) => self.program_dispatched(&mut self.inner.lock().queues, &queued_item),
+                    None => None,
+                };
+                Ok(self.admission(band, program))
+            }
             other => Err(other),
         }
     }
 
     /// The guard of a request of `priority` just dispatched (pending load counted by the
-    /// caller), with its eviction ticket when eviction is on.
-    fn admission(self: &Arc<Self>, priority: i32) -> Admission {
+    /// caller), with its eviction ticket when eviction is on and its `program` ticket.
+    fn admission(self: &Arc<Self>, priority: i32, program: Option<ProgramTicket>) -> Admission {
         Admission {
             ctl: Some(self.clone()),
             ticket: self.evictions.as_ref().map(|e| e.track(priority)),
+            program,
+        }
+    }
+
+    /// Records the dispatch of `item` in the program ledgers (with a program-aware band):
+    /// its program in flight, its queue wait; the ticket that reports its completion.
+    fn program_dispatched(
+        self: &Arc<Self>,
+        queues: &mut Queues,
+        item: &Item,
+    ) -> Option<ProgramTicket> {
+        let m = self.programs.as_ref()?;
+        let now = self.now_ms();
+        let waited = now.saturating_sub(item.enqueued_ms);
+        queues.record_dispatch(&item.flow, item.priority, waited, now);
+        if let Some(p) = queues.program(&item.flow) {
+            m.avg_wait
+                .with_label_values(&[&*item.flow])
+                .set(p.avg_wait_ms);
+        }
+        if let Some(f) = queues.fairness_index() {
+            m.fairness.set(f);
+        }
+        Some(ProgramTicket::new(self.clone(), item.flow.clone()))
+    }
+
+    /// A program-aware request of `program` ended, costing `cost` weighted tokens (`None`:
+    /// its usage is unknown).
+    pub(crate) fn program_completed(&self, program: &Arc<str>, cost: Option<f64>) {
+        let Some(m) = &self.programs else { return };
+        let now = self.now_ms();
+        let service = self
+            .inner
+            .lock()
+            .queues
+            .record_completion(program, cost, now);
+        if let Some(s) = service {
+            m.service.with_label_values(&[&**program]).set(s);
         }
     }
 
@@ -348,8 +417,14 @@ impl FlowController {
                 }
             }
         }
-        while !inner.queues.is_empty() && self.saturation() < self.settings.control.usage_limit {
-            let Some(item) = inner.queues.pop_next() else {
+        if let Some(m) = &self.programs {
+            for gone in inner.queues.sweep_programs(now) {
+                m.forget(&gone);
+            }
+        }
+        while !inner.queues.is_empty() && inner.limiter.open(self.saturation(), &inner.queues, None)
+        {
+            let Some(item) = inner.queues.pop_next(now) else {
                 break;
             };
             let Some(w) = inner.waiters.remove(&item.id) else {
@@ -364,14 +439,11 @@ impl FlowController {
         }
         // Still blocked with requests queued: maybe evict lower, sheddable ones.
         if let Some(ev) = &self.evictions {
-            let demand = inner
-                .queues
-                .bands()
-                .find(|(_, len, _)| *len > 0)
-                .map(|b| b.0);
-            if let Some(demand) = demand {
-                let limit = self.settings.control.usage_limit;
-                ev.reclaim(self.saturation(), limit, demand, self.gauges_as_of());
+            if !inner.queues.is_empty() {
+                let saturation = self.saturation();
+                if let Some((demand, limit)) = inner.limiter.demand(saturation, &inner.queues) {
+                    ev.reclaim(saturation, limit, demand, self.gauges_as_of());
+                }
             }
         }
         self.gauges(&inner.queues);

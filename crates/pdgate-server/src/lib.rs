@@ -3,6 +3,7 @@
 //! router's own Prometheus metrics. Scheduling policy lives in `pdgate-scheduler`; phase
 //! order and bodies in `pdgate-coordinator`.
 
+pub mod active;
 pub mod app;
 pub mod args;
 pub mod body;
@@ -11,6 +12,7 @@ pub mod bounds;
 pub mod breaker;
 pub mod client_body;
 pub mod client_limits;
+pub mod coordinator_config;
 pub mod ctx;
 pub mod engine_dispatch;
 pub mod errors;
@@ -19,6 +21,7 @@ pub mod flow_control;
 pub mod flow_eviction;
 pub mod flow_key;
 pub mod flow_metrics;
+pub mod flow_programs;
 pub mod forward;
 pub mod header_scan;
 pub mod kv_feed;

@@ -4,7 +4,7 @@
 //! to the engines is not touched.
 //!
 //! Built once from the scheduler's parameters ([`pdgate_scheduler::Scheduler::token_producer`]);
-//! the `vllm` backend without `vllm.http` renders on an engine of the fleet serving the model
+//! the `vllm` backend without `vllm.url` renders on an engine of the fleet serving the model
 //! (schedulable ones, in turn). A backend failure keeps the text prompt (the estimate): logged
 //! at most once per [`crate::log_limit::INTERVAL_MS`] and counted in
 //! `pdgate_tokenization_fallbacks_total{backend, reason}`; every prompt is counted in
@@ -42,7 +42,7 @@ impl PromptTokens {
             )?)),
             BackendParams::Vllm(v) => Backend::Vllm {
                 renderer: VllmRenderer::new(v.timeout.0),
-                base: v.http.clone(),
+                base: v.url.clone(),
             },
         };
         Ok(Some(PromptTokens {

@@ -37,7 +37,18 @@ pub async fn handle(
         status: None,
     };
     let rid = request_id(&client_headers);
-    let mut resp = match run(&state, api, client_headers, body, &rid, peer).await {
+    let active = state.active.enter();
+    let outcome = if state.flow.is_shutting_down() && state.routers.is_some() {
+        // A coordinator has no flow gate: while draining it refuses new requests here, as
+        // the gate does for a router.
+        Err(ApiError::dropped(
+            pdgate_scheduler::flow::Outcome::RejectedOther,
+            false,
+        ))
+    } else {
+        run(&state, api, client_headers, body, &rid, peer).await
+    };
+    let mut resp = match outcome {
         Ok(r) => r,
         Err(e) => {
             if !matches!(
@@ -52,7 +63,7 @@ pub async fn handle(
     // Every answer carries the request id, the router's own errors included.
     resp.headers_mut().entry(headers::REQUEST_ID).or_insert(rid);
     counter.status = Some(resp.status());
-    resp
+    crate::active::hold_until_body_ends(resp, active)
 }
 
 /// Counts the request when dropped: with its status, or 499 when the handler was cancelled.
@@ -326,6 +337,8 @@ async fn run(
             encode: routers.encode.clone(),
             conditional: routers.conditional_decode,
             prefill_fallback: state.prefill_fallback,
+            kv_connector: state.kv_connector,
+            encode_settings: state.encode,
         };
         let ctx = RequestContext::new(None, true);
         let dispatcher = RouterDispatch::new(state, &ctx, &req);
@@ -342,6 +355,9 @@ async fn run(
     if !state.model_may_exist(&req.model) {
         return Err(ApiError::ModelNotFound(req.model));
     }
+    // The request's multimodal items, hashed once: the scheduler's plugins read them (the
+    // encode decider, the encoder-cache scorer).
+    let media = pdgate_api::media::media_keys(&req.body);
     // Called by a client, this router is its coordinator: the client's own copies of
     // forwarded headers (e.g. `x-llm-d-disagg-revision`) are discarded before the screeners
     // see them (design.md §5.3). Called by a coordinator, the forwarded headers are the
@@ -357,7 +373,7 @@ async fn run(
             .filter(|n| present.has(n))
             .collect();
         // A decision id only matters when encode picks will follow the main pick.
-        let has_media = !pdgate_api::media::media_items(&req.body).is_empty();
+        let has_media = !media.is_empty();
         if strip.is_empty() && !has_media {
             // The common case: nothing to hide, nothing to add — no copy of the headers.
             Headers(&client_headers)
@@ -398,6 +414,10 @@ async fn run(
     let mut admission = admit(state, &client_headers, body_bytes).await?;
     // With `enableEviction`: the ticket that lets flow control evict this request.
     let ticket = admission.as_mut().and_then(|a| a.take_ticket());
+    // With a program-aware band: the ticket that reports the answer's cost.
+    let program = admission.as_mut().and_then(|a| a.take_program());
+    // The priority the admitters read (sheddable < 0).
+    let priority = crate::flow_control::priority(&client_headers, &state.objectives);
     let snapshot = state.registry.snapshot();
     let now = tokio::time::Instant::now();
     let avoid_open = |e: &pdgate_scheduler::Endpoint| state.breakers.is_open(&e.name, now);
@@ -412,6 +432,8 @@ async fn run(
                 hints: (!hints.is_empty()).then_some(&hints),
                 session: session.as_ref(),
                 avoid: Some(&avoid_open),
+                media: &media,
+                priority: Some(priority),
                 ..SchedulingRequest::new(rid.to_str().unwrap_or_default(), &req.model, &req.prompt)
             },
             &snapshot,
@@ -454,20 +476,26 @@ async fn run(
             .map(engine_dispatch::target),
         decode: engine_dispatch::target(&result.decode),
         // A per-role router (profile header) forwards the body it got; only a router that
-        // runs the whole request runs its encode step.
+        // runs the whole request runs its encode step, unless the encode decider said no.
         encode: match profile {
             Some(_) => None,
-            None => local_encode(state, &snapshot),
+            None => local_encode(state, &snapshot).filter(|_| {
+                pdgate_scheduler::plugins::disagg_profile_handler::encode_decision(
+                    result.decode.guard.state(),
+                ) != Some(false)
+            }),
         },
         conditional: false,
         prefill_fallback: state.prefill_fallback,
+        kv_connector: state.kv_connector,
+        encode_settings: state.encode,
     };
     let ctx = RequestContext::new(Some(result), split);
     let dispatcher = EngineDispatch::new(state, &ctx, &req, decision.as_ref());
     let ingress = ingress(&upstream_headers, session_id.as_deref());
     let answer = forward::forward(state, &ingress, &plan, &dispatcher, &ctx, fallback);
     let Some(ticket) = ticket else {
-        return Ok(answer.await);
+        return Ok(crate::flow_programs::metered(answer.await, program));
     };
     // Evicted before the answer began: 429 `evicted`; the legs are dropped with the future.
     let response = tokio::select! {
@@ -481,5 +509,7 @@ async fn run(
         .headers()
         .get(http::header::CONTENT_TYPE)
         .is_some_and(|v| v.as_bytes().starts_with(b"text/event-stream"));
-    Ok(response.map(|b| Body::new(crate::flow_eviction::EvictableBody::new(b, ticket, sse))))
+    let response =
+        response.map(|b| Body::new(crate::flow_eviction::EvictableBody::new(b, ticket, sse)));
+    Ok(crate::flow_programs::metered(response, program))
 }

@@ -18,20 +18,49 @@ use tokio::time::Instant;
 pub struct Upstream {
     client: Client<HttpConnector, Full<Bytes>>,
     connect_timeout: Duration,
+    pool: PoolSettings,
+}
+
+/// The upstream connection pool (`--upstream-max-idle-per-host`,
+/// `--upstream-idle-timeout-ms`; llm-d coordinator `gateway.max_idle_conns_per_host`,
+/// `gateway.idle_conn_timeout`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PoolSettings {
+    /// Idle keep-alive connections kept per upstream host.
+    pub max_idle_per_host: usize,
+    /// How long an idle connection is kept.
+    pub idle_timeout: Duration,
+}
+
+/// Default of `--upstream-max-idle-per-host`.
+pub const DEFAULT_MAX_IDLE_PER_HOST: usize = 256;
+
+impl Default for PoolSettings {
+    fn default() -> Self {
+        PoolSettings {
+            max_idle_per_host: DEFAULT_MAX_IDLE_PER_HOST,
+            idle_timeout: pdgate_fleet::scrape::client::DEFAULT_POOL_IDLE_TIMEOUT,
+        }
+    }
 }
 
 impl Upstream {
-    /// A client whose TCP connects time out after `connect_timeout`.
-    pub fn new(connect_timeout: Duration) -> Self {
+    /// A client whose TCP connects time out after `connect_timeout`, pooling as `pool` says.
+    pub fn new(connect_timeout: Duration, pool: PoolSettings) -> Self {
         Upstream {
-            client: pdgate_fleet::scrape::client::pooled_client(connect_timeout, 256),
+            client: pdgate_fleet::scrape::client::pooled_client(
+                connect_timeout,
+                pool.max_idle_per_host,
+                pool.idle_timeout,
+            ),
             connect_timeout,
+            pool,
         }
     }
 
     /// A client with the same settings and an empty connection pool of its own.
     pub fn fresh_pool(&self) -> Self {
-        Upstream::new(self.connect_timeout)
+        Upstream::new(self.connect_timeout, self.pool)
     }
 
     /// Sends one request within `t` and returns its head with the body: streamed (idle and

@@ -3,6 +3,7 @@
 use crate::config::*;
 use crate::fleet::{parse_fleet, plan_flags, plan_fleet, PlannedWorker};
 use crate::kv_events::{KvEventEncoding, KvEventsConfig};
+use crate::transfer_config::{EcTransferConfig, KvTransferConfig};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -95,10 +96,34 @@ pub struct SimArgs {
     /// [pdgate-sim extension].
     #[arg(long, value_enum, default_value_t = KvEventEncoding::Tagged)]
     pub kv_events_encoding: KvEventEncoding,
+    /// vLLM's KV connector config (JSON KVTransferConfig) for every worker [default: NIXL
+    /// handoff]: '{"kv_connector":"NixlConnector","kv_role":"kv_both"}', or shared storage
+    /// (llm-d's kv-shared-storage) with
+    /// '{"kv_connector":"ExampleConnector","kv_role":"kv_both","kv_connector_extra_config":{"shared_storage_path":"/dir"}}'
+    /// (also "SharedStorageConnector"; path default /tmp): every request loads its prompt's
+    /// KV from the directory when stored there by a worker of the same model and revision,
+    /// else stores it; kv_transfer_params are ignored.
+    #[arg(long, value_parser = parse_kv_transfer_config)]
+    pub kv_transfer_config: Option<KvTransferConfig>,
+    /// vLLM's encoder-cache connector config (JSON ECTransferConfig) for every worker
+    /// [default: ec_transfer_params pulls]:
+    /// '{"ec_connector":"ECExampleConnector","ec_role":"ec_both","ec_connector_extra_config":{"shared_storage_path":"/dir"}}'
+    /// (llm-d's ec-shared-storage; ec_producer / ec_both store what they encode, every role
+    /// loads by mm_hash; ec_transfer_params are ignored).
+    #[arg(long, value_parser = parse_ec_transfer_config)]
+    pub ec_transfer_config: Option<EcTransferConfig>,
 }
 
 fn parse_kv_events_config(s: &str) -> Result<KvEventsConfig, String> {
     KvEventsConfig::parse(s).map_err(|e| e.to_string())
+}
+
+fn parse_kv_transfer_config(s: &str) -> Result<KvTransferConfig, String> {
+    KvTransferConfig::parse(s).map_err(|e| e.to_string())
+}
+
+fn parse_ec_transfer_config(s: &str) -> Result<EcTransferConfig, String> {
+    EcTransferConfig::parse(s).map_err(|e| e.to_string())
 }
 
 impl SimArgs {
@@ -125,6 +150,8 @@ impl SimArgs {
             ec_lease_ttl: self.ec_lease_ttl_secs.map(Duration::from_secs),
             kv_events: self.kv_events_config.clone(),
             kv_events_encoding: self.kv_events_encoding,
+            kv_transfer: self.kv_transfer_config.clone(),
+            ec_transfer: self.ec_transfer_config.clone(),
         }
     }
 
@@ -243,5 +270,39 @@ mod tests {
             .sim
             .config()
             .kv_events_enabled());
+    }
+
+    #[test]
+    fn transfer_config_flags() {
+        let cli = Cli::try_parse_from([
+            "sim",
+            "--kv-transfer-config",
+            r#"{"kv_connector":"ExampleConnector","kv_role":"kv_both","kv_connector_extra_config":{"shared_storage_path":"/data/kv"}}"#,
+            "--ec-transfer-config",
+            r#"{"ec_connector":"ECExampleConnector","ec_role":"ec_both","ec_connector_extra_config":{"shared_storage_path":"/data/ec"}}"#,
+        ])
+        .unwrap();
+        let cfg = cli.sim.config();
+        assert_eq!(
+            cfg.kv_shared_storage(),
+            Some(std::path::Path::new("/data/kv"))
+        );
+        let ec = cfg.ec_transfer.unwrap();
+        assert_eq!(ec.shared_storage_path, PathBuf::from("/data/ec"));
+        let err = Cli::try_parse_from(["sim", "--kv-transfer-config", r#"{"kv_connector":"X"}"#])
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(
+            err.contains("--kv-transfer-config: kv_role is required"),
+            "{err}"
+        );
+        let nixl = Cli::try_parse_from([
+            "sim",
+            "--kv-transfer-config",
+            r#"{"kv_connector":"NixlConnector","kv_role":"kv_both"}"#,
+        ])
+        .unwrap();
+        assert_eq!(nixl.sim.config().kv_shared_storage(), None);
     }
 }

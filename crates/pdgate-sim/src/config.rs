@@ -2,7 +2,9 @@
 //! CLI uses (one constant per setting, so the CLI and `Default` cannot drift apart).
 
 use crate::kv_events::{KvEventEncoding, KvEventsConfig};
+use crate::transfer_config::{EcTransferConfig, KvTransferConfig};
 use std::collections::BTreeMap;
+use std::path::Path;
 use std::time::Duration;
 
 /// Served model name.
@@ -85,6 +87,11 @@ pub struct SimConfig {
     pub kv_events: Option<KvEventsConfig>,
     /// Encoding of published events (pdgate-sim extension).
     pub kv_events_encoding: KvEventEncoding,
+    /// vLLM's `--kv-transfer-config`; `None` = the NIXL handoff (`NixlConnector`).
+    pub kv_transfer: Option<KvTransferConfig>,
+    /// vLLM's `--ec-transfer-config`; `None` = encoder output handed over by
+    /// `ec_transfer_params` pulls.
+    pub ec_transfer: Option<EcTransferConfig>,
 }
 
 impl Default for SimConfig {
@@ -110,6 +117,8 @@ impl Default for SimConfig {
             ec_lease_ttl: None,
             kv_events: None,
             kv_events_encoding: KvEventEncoding::Tagged,
+            kv_transfer: None,
+            ec_transfer: None,
         }
     }
 }
@@ -188,6 +197,13 @@ impl SimConfig {
         self.kv_events
             .as_ref()
             .is_some_and(KvEventsConfig::publishes)
+    }
+
+    /// The KV shared-storage directory (`ExampleConnector`), else `None` (NIXL).
+    pub fn kv_shared_storage(&self) -> Option<&Path> {
+        self.kv_transfer
+            .as_ref()
+            .and_then(KvTransferConfig::shared_storage_path)
     }
 
     /// Lifetime of an encoder-cache lease: `ec_lease_ttl`, else the KV `lease_ttl`.

@@ -6,8 +6,10 @@
 //! priced by the Dynamo mocker cost model, and the vLLM NIXL P/D handshake over a real HTTP side
 //! channel (`/kv/pull`) that refuses unknown engines, expired or consumed leases, and engines of
 //! another revision. Encode workers (`--role encode`, encoder disaggregation as vLLM's EPD) encode
-//! the media of chat requests and hand the output to prefills over `/ec/pull`. See README.md for
-//! flags, the handoff protocols and the fleet file.
+//! the media of chat requests and hand the output to prefills over `/ec/pull`. With vLLM's
+//! shared-storage connectors (`--kv-transfer-config` ExampleConnector, `--ec-transfer-config`
+//! ECExampleConnector; [`storage`], [`transfer_config`]) KV and encoder output go through a
+//! directory instead. See README.md for flags, the handoff protocols and the fleet file.
 //!
 //! - [`run`]: what `pdgate sim` runs (starts the fleet, serves until ctrl-c).
 //! - [`spawn_worker`] / [`spawn_fleet`]: in-process workers for tests and the demo.
@@ -25,7 +27,9 @@ pub mod kv_events;
 mod metrics;
 pub mod pull;
 mod stats;
+pub mod storage;
 pub mod tokenizer;
+pub mod transfer_config;
 mod worker;
 
 pub use cli::SimArgs;
@@ -62,6 +66,19 @@ pub async fn run(args: SimArgs) -> anyhow::Result<()> {
             );
         }
         handles.push(h);
+    }
+    if let Some(dir) = cfg.kv_shared_storage() {
+        println!(
+            "sim KV connector ExampleConnector: shared storage {}",
+            dir.display()
+        );
+    }
+    if let Some(ec) = &cfg.ec_transfer {
+        println!(
+            "sim EC connector {}: shared storage {}",
+            ec.ec_connector,
+            ec.shared_storage_path.display()
+        );
     }
     tracing::info!(workers = handles.len(), model = %cfg.model, speedup = cfg.speedup, "simulator ready");
     tokio::signal::ctrl_c().await?;

@@ -63,6 +63,21 @@ pub struct Metrics {
     /// `pdgate_sim_mm_items_total{source}`: media items by who encoded them (`encoder`: this
     /// encode worker for a remote prefill; `local`: this worker for itself; `remote`: pulled).
     pub mm_items: IntCounterVec,
+    /// `vllm:external_prefix_cache_queries_total` (tokens): prompt tokens asked of the KV
+    /// connector (prompt − local hits), shared storage only.
+    pub external_prefix_queries: IntCounter,
+    /// `vllm:external_prefix_cache_hits_total` (tokens): prompt tokens the KV connector loaded.
+    pub external_prefix_hits: IntCounter,
+    /// `pdgate_sim_kv_storage_lookups_total{result}`: shared-storage KV lookups, one per
+    /// request (`hit`, `miss`, `revision_mismatch`, `model_mismatch`, `unreadable`).
+    pub kv_storage_lookups: IntCounterVec,
+    /// `pdgate_sim_kv_storage_stores_total{result}`: KV records written (`ok`, `error`).
+    pub kv_storage_stores: IntCounterVec,
+    /// `pdgate_sim_ec_storage_lookups_total{result}`: shared-storage encoder-output lookups,
+    /// one per media item (same labels as KV).
+    pub ec_storage_lookups: IntCounterVec,
+    /// `pdgate_sim_ec_storage_stores_total{result}`: encoder-output records written.
+    pub ec_storage_stores: IntCounterVec,
 }
 
 impl Metrics {
@@ -202,6 +217,48 @@ impl Metrics {
                 &["source"],
             )
             .expect("valid metric"),
+            external_prefix_queries: IntCounter::with_opts(opts(
+                "vllm:external_prefix_cache_queries_total",
+                "External prefix cache queries from KV connector cross-instance cache sharing, in terms of number of queried tokens.",
+            ))
+            .expect("valid metric"),
+            external_prefix_hits: IntCounter::with_opts(opts(
+                "vllm:external_prefix_cache_hits_total",
+                "External prefix cache hits from KV connector cross-instance cache sharing, in terms of number of cached tokens.",
+            ))
+            .expect("valid metric"),
+            kv_storage_lookups: IntCounterVec::new(
+                opts(
+                    "pdgate_sim_kv_storage_lookups_total",
+                    "Shared-storage KV lookups (one per request), by result.",
+                ),
+                &["result"],
+            )
+            .expect("valid metric"),
+            kv_storage_stores: IntCounterVec::new(
+                opts(
+                    "pdgate_sim_kv_storage_stores_total",
+                    "KV records written to the shared storage, by result.",
+                ),
+                &["result"],
+            )
+            .expect("valid metric"),
+            ec_storage_lookups: IntCounterVec::new(
+                opts(
+                    "pdgate_sim_ec_storage_lookups_total",
+                    "Shared-storage encoder-output lookups (one per media item), by result.",
+                ),
+                &["result"],
+            )
+            .expect("valid metric"),
+            ec_storage_stores: IntCounterVec::new(
+                opts(
+                    "pdgate_sim_ec_storage_stores_total",
+                    "Encoder-output records written to the shared storage, by result.",
+                ),
+                &["result"],
+            )
+            .expect("valid metric"),
             start_time: Gauge::new(
                 "process_start_time_seconds",
                 "Start time of the process since unix epoch in seconds.",
@@ -258,6 +315,30 @@ impl Metrics {
             r.register(c).expect("metric registered once");
         }
         m
+    }
+
+    /// Registers the shared-storage metrics: with a KV store (`kv`), the KV lookups and stores
+    /// and vLLM's `vllm:external_prefix_cache_*` (vLLM exports them with a KV connector); with
+    /// an encoder-output store (`ec`), the EC lookups and stores. Call once.
+    pub fn register_shared_storage(&self, kv: bool, ec: bool) {
+        let mut collectors: Vec<Box<dyn prometheus::core::Collector>> = Vec::new();
+        if kv {
+            self.kv_storage_lookups.with_label_values(&["hit"]);
+            self.kv_storage_stores.with_label_values(&["ok"]);
+            collectors.push(Box::new(self.external_prefix_queries.clone()));
+            collectors.push(Box::new(self.external_prefix_hits.clone()));
+            collectors.push(Box::new(self.kv_storage_lookups.clone()));
+            collectors.push(Box::new(self.kv_storage_stores.clone()));
+        }
+        if ec {
+            self.ec_storage_lookups.with_label_values(&["hit"]);
+            self.ec_storage_stores.with_label_values(&["ok"]);
+            collectors.push(Box::new(self.ec_storage_lookups.clone()));
+            collectors.push(Box::new(self.ec_storage_stores.clone()));
+        }
+        for c in collectors {
+            self.registry.register(c).expect("metric registered once");
+        }
     }
 
     /// The text exposition format.

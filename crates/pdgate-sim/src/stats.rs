@@ -76,6 +76,21 @@ pub struct WorkerStats {
     pub ec_pull_rejections: BTreeMap<String, u64>,
     /// Live encoder-cache leases now.
     pub ec_leases: usize,
+    /// Shared-storage KV lookups (`ExampleConnector`), one per request, by result (`hit`,
+    /// `miss`, `revision_mismatch`, `model_mismatch`, `unreadable`).
+    pub kv_storage_lookups: BTreeMap<String, u64>,
+    /// KV records this worker wrote to the shared storage.
+    pub kv_storage_stores: u64,
+    /// Prompt tokens asked of the KV connector: prompt − local hits
+    /// (`vllm:external_prefix_cache_queries_total`; shared storage only).
+    pub external_prefix_cache_queries: u64,
+    /// Prompt tokens the KV connector loaded (`vllm:external_prefix_cache_hits_total`).
+    pub external_prefix_cache_hits: u64,
+    /// Shared-storage encoder-output lookups (`ECExampleConnector`), one per media item, by
+    /// result (same labels as `kv_storage_lookups`).
+    pub ec_storage_lookups: BTreeMap<String, u64>,
+    /// Encoder-output records this worker wrote to the shared storage.
+    pub ec_storage_stores: u64,
 }
 
 /// Counts one pull or handoff: in `metric` by result (`ok`, or the label it was `rejected_as`),

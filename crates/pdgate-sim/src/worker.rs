@@ -160,6 +160,7 @@ pub async fn spawn_worker(
     });
     let engine_id = format!("{}-{:08x}", spec.name, rand::random::<u32>());
     let metrics = Arc::new(Metrics::new(&cfg.model, cfg.block_size, cfg.num_gpu_blocks));
+    metrics.register_shared_storage(cfg.kv_shared_storage().is_some(), cfg.ec_transfer.is_some());
     let settings = match &cfg.kv_events {
         Some(k) => k.publisher_settings()?,
         None => None,

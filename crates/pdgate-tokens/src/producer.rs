@@ -15,7 +15,7 @@ pub enum Backend {
     Estimate,
     /// A local `tokenizer.json` and chat template (boxed: it is large).
     Local(Box<LocalTokenizer>),
-    /// An engine's render endpoints; `base` is a fixed render server (`vllm.http`), else the
+    /// An engine's render endpoints; `base` is a fixed render server (`vllm.url`), else the
     /// caller names an engine per request.
     Vllm {
         /// The render client.
@@ -123,7 +123,7 @@ impl TokenProducer {
     }
 
     /// True when [`Self::tokenize`] needs an engine from the caller (the `vllm` backend
-    /// without a fixed `vllm.http`).
+    /// without a fixed `vllm.url`).
     pub fn needs_engine(&self) -> bool {
         matches!(self.backend, Backend::Vllm { base: None, .. })
     }
@@ -134,7 +134,7 @@ impl TokenProducer {
     }
 
     /// The token ids of `req`'s prompt. `engine`: the base URL of an engine serving the
-    /// model, used by the `vllm` backend when no `vllm.http` is configured. Token-id prompts
+    /// model, used by the `vllm` backend when no `vllm.url` is configured. Token-id prompts
     /// come back as they are; a failure gives `ids: None` with [`Outcome::Fallback`].
     pub async fn tokenize(&self, req: &InferenceRequest, engine: Option<&str>) -> Tokenization {
         if req.model != self.model {

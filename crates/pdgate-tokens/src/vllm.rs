@@ -40,7 +40,7 @@ pub enum RenderError {
     /// A 2xx body that is not a render answer (or has no token ids).
     #[error("render answer unreadable: {0}")]
     BadResponse(String),
-    /// No engine to ask (no `vllm.http` and none serving the model is ready).
+    /// No engine to ask (no `vllm.url` and none serving the model is ready).
     #[error("no engine to render on")]
     NoEngine,
 }

@@ -86,7 +86,7 @@ async fn render_sends_the_exact_bodies_and_reads_both_answer_shapes() {
                 ApiKind::ChatCompletions,
                 r#"{"model":"tiny","messages":[{"role":"user","content":"hi"}],"temperature":0,"add_generation_prompt":true,"chat_template_kwargs":{"enable_thinking":false}}"#,
             ),
-            Some("http://127.0.0.1:9"), // the fixed vllm.http wins over the caller's engine
+            Some("http://127.0.0.1:9"), // the fixed vllm.url wins over the caller's engine
         )
         .await;
     assert_eq!((t.ids, t.outcome), (Some(vec![21, 22]), Outcome::Tokenized));

@@ -44,13 +44,14 @@ enum Cmd {
     /// Run as an Envoy ext_proc endpoint picker (EPP) behind a Gateway.
     Epp(Box<pdgate_epp::EppArgs>),
     /// Run simulated vLLM workers.
-    Sim(pdgate_sim::SimArgs),
+    Sim(Box<pdgate_sim::SimArgs>),
     /// Replay a Mooncake trace or a built-in workload against an OpenAI-compatible URL.
     Bench(pdgate_bench::BenchArgs),
     /// Simulated P/D fleet + router, prefix-aware vs round-robin, side by side (`--rollout`:
     /// a revision rollout through per-role routers instead).
     Demo(pdgate_scenario::demo::DemoArgs),
-    /// Validate an EndpointPickerConfig and print it with defaults injected.
+    /// Validate an EndpointPickerConfig, or an llm-d coordinator file, and print it with
+    /// defaults injected.
     CheckConfig {
         /// The YAML file.
         file: std::path::PathBuf,
@@ -58,14 +59,22 @@ enum Cmd {
 }
 
 fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    // `RUST_LOG` wins; else a coordinator file's `log_level`; else warnings.
+    let default = match &cli.cmd {
+        Cmd::Serve(a) => a
+            .coordinator_config
+            .as_deref()
+            .and_then(pdgate_server::coordinator_config::log_filter_of_file),
+        _ => None,
+    };
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default.unwrap_or("warn"))),
         )
         .with_writer(std::io::stderr)
         .init();
-    let cli = Cli::parse();
     if let Cmd::CheckConfig { file } = &cli.cmd {
         return check_config(file);
     }
@@ -80,7 +89,7 @@ fn main() -> std::process::ExitCode {
         match cli.cmd {
             Cmd::Serve(a) => pdgate_server::run(*a).await,
             Cmd::Epp(a) => pdgate_epp::run(*a).await,
-            Cmd::Sim(a) => pdgate_sim::run(a).await,
+            Cmd::Sim(a) => pdgate_sim::run(*a).await,
             Cmd::Bench(a) => pdgate_bench::run(a).await,
             Cmd::Demo(a) => pdgate_scenario::demo::run(a).await,
             Cmd::CheckConfig { .. } => unreachable!("handled before the runtime starts"),
@@ -102,13 +111,20 @@ fn check_config(file: &std::path::Path) -> std::process::ExitCode {
     use pdgate_scheduler::config::{self, ConfigErrors};
     use std::io::Write;
     let name = file.display().to_string();
-    let checked = match std::fs::read_to_string(file) {
+    let checked = match pdgate_server::args::read_config_file(file) {
+        // llm-d's coordinator file (`serve --coordinator-config`), with its env overrides.
+        Ok(text) if pdgate_server::coordinator_config::looks_like_coordinator_config(&text) => {
+            pdgate_server::coordinator_config::CoordinatorConfig::load(&text, &name, &|k| {
+                std::env::var(k).ok()
+            })
+            .map(|c| c.effective_yaml())
+        }
         Ok(text) => config::check(&text, &name),
         Err(e) => Err(ConfigErrors(vec![pdgate_scheduler::ConfigError {
             source_name: name,
             line: None,
             plugin: None,
-            message: format!("cannot read the file: {e}"),
+            message: format!("cannot read the file: {e:#}"),
         }])),
     };
     match checked {

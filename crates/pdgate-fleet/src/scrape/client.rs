@@ -18,12 +18,17 @@ pub struct ScrapeClient {
     client: Client<HttpConnector, Empty<Bytes>>,
 }
 
-/// A keep-alive HTTP/1.1 client (no Nagle delay, idle connections kept 90 s, at most
-/// `max_idle_per_host` of them per host) whose TCP connects time out after
+/// How long an idle keep-alive connection is kept by default (Go's `http.Transport` and
+/// llm-d's `gateway.idle_conn_timeout` default alike).
+pub const DEFAULT_POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(90);
+
+/// A keep-alive HTTP/1.1 client (no Nagle delay, idle connections kept `idle_timeout`, at
+/// most `max_idle_per_host` of them per host) whose TCP connects time out after
 /// `connect_timeout`: the one client setup of the scraper and of the front ends' upstreams.
 pub fn pooled_client<B>(
     connect_timeout: Duration,
     max_idle_per_host: usize,
+    idle_timeout: Duration,
 ) -> Client<HttpConnector, B>
 where
     B: hyper::body::Body + Send,
@@ -33,7 +38,7 @@ where
     connector.set_nodelay(true);
     connector.set_connect_timeout(Some(connect_timeout));
     Client::builder(TokioExecutor::new())
-        .pool_idle_timeout(Duration::from_secs(90))
+        .pool_idle_timeout(idle_timeout)
         .pool_max_idle_per_host(max_idle_per_host)
         .build(connector)
 }
@@ -43,7 +48,7 @@ impl ScrapeClient {
     /// engine is all a scrape every interval needs).
     pub fn new(connect_timeout: Duration) -> Self {
         ScrapeClient {
-            client: pooled_client(connect_timeout, 1),
+            client: pooled_client(connect_timeout, 1, DEFAULT_POOL_IDLE_TIMEOUT),
         }
     }
 

@@ -3,7 +3,8 @@
 //! Every `interval`, each endpoint's `/metrics` is read and its gauges stored in the
 //! endpoint's [`EndpointLoad`]: `vllm:num_requests_running` and `vllm:num_requests_waiting`
 //! summed over series (one per engine), `vllm:kv_cache_usage_perc` (or the older
-//! `vllm:gpu_cache_usage_perc`) averaged over series (design.md §5.4). A gauge the engine does
+//! `vllm:gpu_cache_usage_perc`) averaged over series (design.md §5.4), and the LoRA adapters
+//! of `vllm:lora_requests_info` (its latest series). A gauge the engine does
 //! not export, or a failed scrape, is stored as unknown, never as 0. `/v1/models` is read
 //! while an endpoint's list is unknown, after a restart, and every `models_every` ticks; its
 //! model objects are stored verbatim per endpoint (requests are only scheduled on endpoints
@@ -21,6 +22,11 @@
 //! it in `pdgate_engine_restarts_total`); failures call [`ScrapeObserver::scrape_failed`].
 //! The scraper owns its HTTP client ([`client::ScrapeClient`]) and knows neither front end.
 //!
+//! What is read comes from the config's data layer ([`ScrapeSettings::data`]:
+//! `metrics-data-source` path, port and interval; `core-metrics-extractor` metric names per
+//! engine type, chosen by the endpoint's `llm-d.ai/engine-type` label; `models-data-source`
+//! path and interval); the defaults are the vLLM names and paths above.
+//!
 //! Bound: one tracking entry per endpoint of the current snapshot (entries of endpoints that
 //! left are dropped on the next tick), and at most one scrape in flight per endpoint.
 
@@ -29,15 +35,16 @@ pub mod health;
 mod parse;
 
 pub use parse::{
-    merge_model_cards, parse_engine_metrics, parse_model_cards, series, series_label, sum_series,
-    EngineGauges,
+    merge_model_cards, parse_engine_metrics, parse_engine_metrics_with, parse_model_cards, series,
+    series_label, sum_series, EngineGauges,
 };
 
 use crate::registry::EndpointRegistry;
 use client::ScrapeClient;
 use health::{Change, Scrape, ScrapeHealth};
 use parking_lot::Mutex;
-use pdgate_scheduler::EndpointLoad;
+use pdgate_scheduler::config::DataLayer;
+use pdgate_scheduler::{EndpointLoad, EndpointState};
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -62,14 +69,18 @@ pub trait ScrapeObserver: Send + Sync + 'static {
 }
 
 /// How the scraper runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct ScrapeSettings {
-    /// Time between scrapes of one endpoint.
+    /// Time between scrapes of one endpoint (`--scrape-interval`; a `metrics-data-source`
+    /// `interval` changes it, [`DataLayer::metrics_period`]).
     pub interval: Duration,
     /// Time allowed for one `/metrics` (or `/v1/models`) exchange, head and body.
     pub timeout: Duration,
-    /// `/v1/models` is re-read every this many ticks (≥ 1).
+    /// `/v1/models` is re-read every this many ticks (≥ 1) when the data layer sets no
+    /// models interval.
     pub models_every: u32,
+    /// Paths, port, periods and metric names (the config's `dataLayer`).
+    pub data: Arc<DataLayer>,
 }
 
 /// Per-endpoint scrape state between ticks.
@@ -85,6 +96,10 @@ struct Tracked {
 struct Job {
     name: String,
     address: String,
+    /// Where its metrics are read (`address`, or its host with the source's port).
+    metrics_address: String,
+    state: Arc<EndpointState>,
+    data: Arc<DataLayer>,
     load: Arc<EndpointLoad>,
     tracked: Arc<Tracked>,
     want_models: bool,
@@ -97,8 +112,13 @@ pub fn start(
     settings: ScrapeSettings,
     observer: Arc<dyn ScrapeObserver>,
 ) -> tokio::task::JoinHandle<()> {
+    let period = settings.data.metrics_period(settings.interval);
+    let models_every = settings
+        .data
+        .models_every(settings.interval, settings.models_every);
+    let (timeout, data) = (settings.timeout, settings.data);
     tokio::spawn(async move {
-        let mut tick = tokio::time::interval(settings.interval);
+        let mut tick = tokio::time::interval(period);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut tracked: HashMap<String, Arc<Tracked>> = HashMap::new();
         let mut scrapes = JoinSet::new();
@@ -118,7 +138,7 @@ pub fn start(
                 tracked.retain(|name, _| names.contains(name.as_str()));
                 seen_version = snap.version;
             }
-            let periodic = n.is_multiple_of(settings.models_every.max(1));
+            let periodic = n.is_multiple_of(models_every.max(1));
             n = n.wrapping_add(1);
             for e in &snap.endpoints {
                 let t = tracked.entry(e.endpoint.name.clone()).or_default().clone();
@@ -132,6 +152,9 @@ pub fn start(
                 let job = Job {
                     name: e.endpoint.name.clone(),
                     address: e.endpoint.address.clone(),
+                    metrics_address: data.metrics.address(&e.endpoint.address),
+                    state: e.clone(),
+                    data: data.clone(),
                     load: e.load.clone(),
                     tracked: t,
                     want_models: periodic || e.load.models().is_none(),
@@ -141,8 +164,8 @@ pub fn start(
                 scrapes.spawn(async move {
                     // The semaphore is never closed; a scrape without a permit is skipped.
                     if let Ok(_permit) = permits.acquire_owned().await {
-                        scrape_one(&job, &client, settings.timeout, &*observer).await;
-                        let interval = settings.interval.as_millis() as u64;
+                        scrape_one(&job, &client, timeout, &*observer).await;
+                        let interval = period.as_millis() as u64;
                         let skip = job.tracked.health.lock().ticks_to_skip(interval);
                         job.tracked.skip.store(skip, Ordering::Release);
                     }
@@ -153,14 +176,15 @@ pub fn start(
     })
 }
 
-/// `GET path` bounded by `timeout` for head and body; `Err` names the failure.
+/// `GET http://{address}{path}` bounded by `timeout` for head and body; `Err` names the
+/// failure.
 async fn fetch(
     client: &ScrapeClient,
-    job: &Job,
+    address: &str,
     path: &str,
     timeout: Duration,
 ) -> Result<bytes::Bytes, String> {
-    match client.get(&job.address, path, timeout).await {
+    match client.get(address, path, timeout).await {
         Ok((200, body)) => Ok(body),
         Ok((status, _)) => Err(format!("status {status}")),
         Err(e) => Err(e),
@@ -173,10 +197,13 @@ async fn scrape_one(
     timeout: Duration,
     observer: &dyn ScrapeObserver,
 ) {
-    let (scrape, error) = match fetch(client, job, "/metrics", timeout).await {
+    let metrics = &job.data.metrics;
+    let (scrape, error) = match fetch(client, &job.metrics_address, &metrics.path, timeout).await {
         Ok(body) => {
-            let g = parse_engine_metrics(&String::from_utf8_lossy(&body));
+            let names = job.data.engines.for_labels(&job.state.endpoint.labels);
+            let g = parse_engine_metrics_with(&String::from_utf8_lossy(&body), names);
             job.load.set_scraped(g.running, g.waiting, g.kv_usage);
+            job.load.set_lora(g.lora);
             if let Some(b) = g.block_size {
                 observer.engine_block_size(&job.name, b);
             }
@@ -186,6 +213,7 @@ async fn scrape_one(
         Err(e) => {
             observer.scrape_failed(&job.name);
             job.load.set_scraped(None, None, None);
+            job.load.set_lora(None);
             (Scrape::Failed, Some(e))
         }
     };
@@ -193,7 +221,8 @@ async fn scrape_one(
     let verdict = job.tracked.health.lock().observe(scrape);
     match verdict.change {
         Some(Change::Failing) => tracing::warn!(
-            endpoint = %job.name, address = %job.address, error = error.as_deref().unwrap_or(""),
+            endpoint = %job.name, address = %job.metrics_address, path = %metrics.path,
+            error = error.as_deref().unwrap_or(""),
             "engine /metrics scrape failing; its gauges are unknown until it answers"
         ),
         Some(Change::Recovered) => {
@@ -210,7 +239,7 @@ async fn scrape_one(
         );
     }
     if error.is_none() && (job.want_models || verdict.restarted) {
-        if let Some(cards) = fetch(client, job, "/v1/models", timeout)
+        if let Some(cards) = fetch(client, &job.address, &job.data.models.path, timeout)
             .await
             .ok()
             .and_then(|b| parse_model_cards(&b))

@@ -1,58 +1,107 @@
 //! Reading an engine's `/metrics` exposition and `/v1/models` answer.
 
-/// Gauges read from one exposition.
+use pdgate_scheduler::plugins::core_metrics_extractor::{EngineMetrics, MetricNames, MetricSpec};
+use std::sync::LazyLock;
+
+/// The default `core-metrics-extractor` mapping (built-in engines, default `vllm`).
+static DEFAULT_ENGINES: LazyLock<EngineMetrics> = LazyLock::new(EngineMetrics::default);
+
+/// Gauges read from one exposition (metric names of vLLM here; [`parse_engine_metrics_with`]
+/// reads those of the endpoint's engine type).
 #[derive(Debug, Default, Clone, PartialEq)]
 pub struct EngineGauges {
-    /// Σ `vllm:num_requests_running`.
+    /// Σ `vllm:num_requests_running` (the engine's `runningRequestsSpec` series).
     pub running: Option<f64>,
-    /// Σ `vllm:num_requests_waiting`.
+    /// Σ `vllm:num_requests_waiting` (`queuedRequestsSpec`).
     pub waiting: Option<f64>,
-    /// Mean `vllm:kv_cache_usage_perc` (0..1), else mean `vllm:gpu_cache_usage_perc`.
+    /// Mean `vllm:kv_cache_usage_perc` (0..1), else mean `vllm:gpu_cache_usage_perc`
+    /// (`kvUsageSpec`).
     pub kv_usage: Option<f64>,
     /// `process_start_time_seconds` (Unix time, s; the Prometheus client's process
     /// collector, which vLLM's API server exports): a new value means the engine restarted.
     /// The largest value when several series carry it.
     pub start_time: Option<f64>,
     /// Tokens per engine KV block: label `block_size` of `vllm:cache_config_info` (vLLM's
-    /// `--block-size`). The first series that carries a positive integer wins.
+    /// `--block-size`; `cacheInfoSpec` and `cacheBlockSizeLabelName`, or the value of
+    /// `cacheBlockSizeSpec`). The first series that carries a positive integer wins.
     pub block_size: Option<u32>,
     /// KV blocks the engine can hold: label `num_gpu_blocks` of `vllm:cache_config_info`
-    /// (`"None"` or absent → unknown).
+    /// (`"None"` or absent → unknown; `cacheNumBlocksLabelName` or `cacheNumBlocksSpec`).
     pub num_gpu_blocks: Option<u64>,
+    /// LoRA adapters: labels `running_lora_adapters`, `waiting_lora_adapters` and `max_lora`
+    /// of the `vllm:lora_requests_info` series with the highest value (its creation time;
+    /// the first such series on a tie, llm-d's rule). `None` when the engine exports none.
+    pub lora: Option<pdgate_scheduler::LoraInfo>,
 }
 
-/// Parses a Prometheus text exposition into [`EngineGauges`].
+/// Parses a Prometheus text exposition into [`EngineGauges`] with vLLM's metric names (the
+/// default `core-metrics-extractor` mapping).
 ///
 /// Only sample lines are read (`name{labels} value [timestamp]`, [`series`]); comments and
 /// unknown names are skipped, and a malformed line is skipped, not fatal. (The `prometheus-parse` crate
 /// rejects metric names with colons, which every vLLM metric has, hence this small reader.)
 pub fn parse_engine_metrics(text: &str) -> EngineGauges {
+    let m = &*DEFAULT_ENGINES;
+    parse_engine_metrics_with(text, &m.engines[m.default].1)
+}
+
+/// Parses a Prometheus text exposition into [`EngineGauges`] with the metric `names` of one
+/// engine type (`core-metrics-extractor`): a series counts for a gauge when its name and
+/// labels match the gauge's spec; counts are summed over matching series, the KV usage
+/// averaged; a gauge without a spec or without a matching series is unknown.
+pub fn parse_engine_metrics_with(text: &str, names: &MetricNames) -> EngineGauges {
+    let specs = [
+        &names.running,
+        &names.queue,
+        &names.kv_usage,
+        &names.kv_usage_fallback,
+    ];
     let mut sums: [(f64, u32); 4] = [(0.0, 0); 4];
     let mut start_time: Option<f64> = None;
     let (mut block_size, mut num_gpu_blocks) = (None, None);
+    // The LoRA series with the highest value (its creation time), the first on a tie.
+    let mut lora: Option<(f64, pdgate_scheduler::LoraInfo)> = None;
     for (name, labels, value) in series(text) {
-        let idx = match name {
-            "vllm:num_requests_running" => 0,
-            "vllm:num_requests_waiting" => 1,
-            "vllm:kv_cache_usage_perc" => 2,
-            "vllm:gpu_cache_usage_perc" => 3,
-            "process_start_time_seconds" if value.is_finite() => {
+        if name == "process_start_time_seconds" {
+            if value.is_finite() {
                 start_time = Some(start_time.map_or(value, |s| s.max(value)));
-                continue;
             }
-            "vllm:cache_config_info" => {
-                let int = |key| label_value(labels, key).and_then(|v| v.parse::<u64>().ok());
-                block_size = block_size.or(int("block_size")
-                    .filter(|b| *b > 0)
-                    .and_then(|b| u32::try_from(b).ok()));
-                num_gpu_blocks = num_gpu_blocks.or(int("num_gpu_blocks"));
-                continue;
-            }
-            _ => continue,
+            continue;
+        }
+        let matches = |s: &Option<MetricSpec>| {
+            s.as_ref()
+                .is_some_and(|s| s.name == name && s.matches(|k| label_value(labels, k)))
         };
-        if value.is_finite() {
-            sums[idx].0 += value;
-            sums[idx].1 += 1;
+        for (i, s) in specs.iter().enumerate() {
+            if value.is_finite() && matches(s) {
+                sums[i].0 += value;
+                sums[i].1 += 1;
+            }
+        }
+        if matches(&names.cache_info) {
+            let int = |key: &str| label_value(labels, key).and_then(|v| v.parse::<u64>().ok());
+            block_size = block_size.or(int(&names.cache_block_size_label)
+                .filter(|b| *b > 0)
+                .and_then(|b| u32::try_from(b).ok()));
+            num_gpu_blocks = num_gpu_blocks.or(int(&names.cache_num_blocks_label));
+        }
+        let whole = (value.is_finite() && value >= 0.0 && value.fract() == 0.0).then_some(value);
+        if matches(&names.cache_block_size) {
+            block_size = block_size.or(whole
+                .filter(|v| *v >= 1.0 && *v <= u32::MAX as f64)
+                .map(|v| v as u32));
+        }
+        if matches(&names.cache_num_blocks) {
+            num_gpu_blocks = num_gpu_blocks.or(whole.map(|v| v as u64));
+        }
+        if matches(&names.lora) && lora.as_ref().is_none_or(|(v, _)| value > *v || v.is_nan()) {
+            let l = |k: &str| label_value(labels, k).unwrap_or_default();
+            let info = pdgate_scheduler::LoraInfo::from_labels(
+                &l("running_lora_adapters"),
+                &l("waiting_lora_adapters"),
+                &l("max_lora"),
+            );
+            lora = Some((value, info));
         }
     }
     let sum = |i: usize| (sums[i].1 > 0).then_some(sums[i].0);
@@ -64,6 +113,7 @@ pub fn parse_engine_metrics(text: &str) -> EngineGauges {
         start_time,
         block_size,
         num_gpu_blocks,
+        lora: lora.map(|(_, l)| l),
     }
 }
 
@@ -306,6 +356,77 @@ mod tests {
             (label("block_size"), label("num_gpu_blocks")),
             (Some("32".to_string()), Some("16384".to_string()))
         );
+    }
+
+    #[test]
+    fn engine_metric_names_select_series_by_name_and_labels() {
+        let engines = EngineMetrics::default();
+        let names = |e: &str| engines.engine(e).unwrap();
+        // SGLang: its own names, block size from label `page_size` of its info gauge.
+        let text = "sglang:num_queue_reqs{model=\"m\"} 3\n\
+            sglang:num_running_reqs{model=\"m\"} 2\n\
+            sglang:token_usage 0.25\n\
+            sglang:cache_config_info{page_size=\"64\",num_pages=\"1000\"} 1\n\
+            vllm:num_requests_waiting 9\n";
+        let g = parse_engine_metrics_with(text, names("sglang"));
+        assert_eq!(
+            (
+                g.waiting,
+                g.running,
+                g.kv_usage,
+                g.block_size,
+                g.num_gpu_blocks
+            ),
+            (Some(3.0), Some(2.0), Some(0.25), Some(64), Some(1000))
+        );
+        // Triton TRT-LLM: one family, series told apart by a label; the cache geometry from
+        // gauge values. 4 waiting, 7 scheduled, usage 0.5, 32 tokens per block, 512 blocks.
+        let text = "nv_trt_llm_request_metrics{request_type=\"waiting\",model=\"m\"} 4\n\
+            nv_trt_llm_request_metrics{request_type=\"scheduled\",model=\"m\"} 7\n\
+            nv_trt_llm_request_metrics{request_type=\"max\",model=\"m\"} 64\n\
+            nv_trt_llm_kv_cache_block_metrics{kv_cache_block_type=\"fraction\"} 0.5\n\
+            nv_trt_llm_kv_cache_block_metrics{kv_cache_block_type=\"tokens_per\"} 32\n\
+            nv_trt_llm_kv_cache_block_metrics{kv_cache_block_type=\"max\"} 512\n";
+        let g = parse_engine_metrics_with(text, names("triton-tensorrt-llm"));
+        assert_eq!(
+            (
+                g.waiting,
+                g.running,
+                g.kv_usage,
+                g.block_size,
+                g.num_gpu_blocks
+            ),
+            (Some(4.0), Some(7.0), Some(0.5), Some(32), Some(512))
+        );
+        // Triton has no KV-usage metric: unknown, not 0; vLLM names read nothing here.
+        assert_eq!(
+            parse_engine_metrics_with(text, names("triton")).kv_usage,
+            None
+        );
+        assert_eq!(parse_engine_metrics(text), EngineGauges::default());
+    }
+
+    #[test]
+    fn lora_info_comes_from_the_latest_series() {
+        // Two states of the info series: the one with the higher value (creation time) wins,
+        // whatever its position; names are trimmed, deduplicated, empty ones dropped.
+        let text = "vllm:lora_requests_info{max_lora=\"4\",running_lora_adapters=\"a\",\
+            waiting_lora_adapters=\"\"} 1.7e9\n\
+            vllm:lora_requests_info{max_lora=\"3\",running_lora_adapters=\" b, a,,b\",\
+            waiting_lora_adapters=\"c\"} 1.8e9\n\
+            vllm:lora_requests_info{max_lora=\"9\",running_lora_adapters=\"z\",\
+            waiting_lora_adapters=\"\"} 1.8e9\n";
+        let lora = parse_engine_metrics(text).lora.unwrap();
+        assert_eq!(lora.running, ["b", "a"]);
+        assert_eq!(lora.waiting, ["c"]);
+        assert_eq!(lora.max_lora, 3);
+        let bad = "vllm:lora_requests_info{max_lora=\"x\",running_lora_adapters=\"a\"} 1\n";
+        let lora = parse_engine_metrics(bad).lora.unwrap();
+        assert_eq!(
+            (lora.running.len(), lora.waiting.len(), lora.max_lora),
+            (1, 0, 0)
+        );
+        assert_eq!(parse_engine_metrics(&fixture("metrics.txt")).lora, None);
     }
 
     #[test]

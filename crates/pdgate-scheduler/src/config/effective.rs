@@ -24,6 +24,9 @@ pub struct Effective {
     /// The deprecated top-level `saturationDetector` as written; left out when absent.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub saturation_detector: Option<Value>,
+    /// `dataLayer` as written; left out when absent.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub data_layer: Option<Value>,
 }
 
 /// One plugin.

@@ -146,7 +146,10 @@ impl<'a> Loader<'a> {
             quiet: false,
         };
         let Some(stage) = self.lookup(&decl.plugin_type).map(|t| t.stage) else {
-            let msg = format!("unsupported plugin type `{}`", decl.plugin_type);
+            let msg = match registry::refusal(&decl.plugin_type) {
+                Some(why) => format!("unsupported plugin type `{}` ({why})", decl.plugin_type),
+                None => format!("unsupported plugin type `{}`", decl.plugin_type),
+            };
             self.report(line, Some(&decl), msg);
             self.skip(decl.name, &decl.plugin_type);
             return false;

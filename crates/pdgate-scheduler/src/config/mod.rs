@@ -13,6 +13,7 @@
 //! again by the profiles or plugins referring to it). A document that is not valid YAML or not
 //! an `EndpointPickerConfig` at all is one error. [`load`] keeps the first error only.
 
+mod datalayer;
 mod effective;
 mod lines;
 mod loader;
@@ -22,12 +23,13 @@ mod raw;
 use crate::error::ConfigError;
 pub use crate::error::ConfigErrors;
 use crate::plugin::{
-    MetricsSource, PreRequest, ProfileHandler, RequestAbandoned, RequestRejected, ResponseHeader,
-    Screener,
+    Admitter, MetricsSource, PreRequest, ProfileHandler, RequestAbandoned, RequestRejected,
+    ResponseHeader, Screener,
 };
 use crate::prefix::PrefixSource;
 use crate::profile::Profile;
 use crate::registry::{self, Built, Stage};
+pub use datalayer::{DataLayer, DataPlugin, ENDPOINT_EXTRACTORS};
 use effective::{Effective, EffectivePlugin};
 use loader::Loader;
 use std::sync::Arc;
@@ -48,6 +50,8 @@ pub struct Loaded {
     pub flow: crate::flow::FlowSettings,
     /// The `token-producer` parameters, when one is configured.
     pub token_producer: Option<Arc<crate::plugins::token_producer::TokenProducerParams>>,
+    /// What the engine scraper reads (`dataLayer` and its plugins).
+    pub data_layer: Arc<DataLayer>,
 }
 
 /// The plugins implementing each per-request extension point, in build order.
@@ -55,6 +59,8 @@ pub struct Loaded {
 pub struct Hooks {
     /// `(plugin name, screener)`.
     pub screeners: Vec<(String, Arc<dyn Screener>)>,
+    /// `(plugin name, admitter)`.
+    pub admitters: Vec<(String, Arc<dyn Admitter>)>,
     /// PreRequest hooks.
     pub pre_requests: Vec<Arc<dyn PreRequest>>,
     /// ResponseHeader hooks.
@@ -75,6 +81,10 @@ impl Hooks {
                 .iter()
                 .filter_map(|(n, _, b)| Some((n.clone(), b.screener.clone()?)))
                 .collect(),
+            admitters: built
+                .iter()
+                .filter_map(|(n, _, b)| Some((n.clone(), b.admitter.clone()?)))
+                .collect(),
             pre_requests: all().filter_map(|b| b.pre_request.clone()).collect(),
             response_headers: all().filter_map(|b| b.response_header.clone()).collect(),
             rejected: all().filter_map(|b| b.request_rejected.clone()).collect(),
@@ -90,6 +100,7 @@ const PRODUCER_CONSUMERS: &[&str] = &[
     "prefix-cache-scorer",
     "prefix-based-pd-decider",
     "kv-cost-scorer",
+    "no-hit-lru-scorer",
 ];
 
 /// Loads `yaml`; `source` names the file in errors; `extra` are plugin types registered
@@ -145,13 +156,25 @@ pub fn load_all(
     }
     // Only consumers that name no producer read the injected approximate one.
     let needs_producer = ld.decls.iter().any(|d| {
-        PRODUCER_CONSUMERS.contains(&d.plugin_type.as_str()) && !names_producer(d.params.as_ref())
+        PRODUCER_CONSUMERS.contains(&d.plugin_type.as_str())
+            && !names_producer(d.params.as_ref(), &d.plugin_type)
     });
     let producer = crate::plugins::approx_prefix_cache_producer::TYPE.name;
     if needs_producer
         && !ld.decls.iter().any(|d| d.plugin_type == producer)
         && ld.declare(producer.into(), producer.into(), None, None)
     {
+        let injected = ld.decls.pop().expect("just declared");
+        ld.decls.insert(0, injected);
+    }
+    // llm-d's default multimodal-cache producer, for scorers that read it and no plugin of
+    // its name is declared.
+    let mm = crate::plugins::mm_embeddings_cache_producer::TYPE.name;
+    let needs_mm = ld.decls.iter().any(|d| {
+        use crate::plugins::mm_embeddings_cache_scorer as scorer;
+        d.plugin_type == scorer::TYPE.name && scorer::reads_default_producer(d.params.as_ref())
+    });
+    if needs_mm && !ld.is_declared(mm) && ld.declare(mm.into(), mm.into(), None, None) {
         let injected = ld.decls.pop().expect("just declared");
         ld.decls.insert(0, injected);
     }
@@ -170,6 +193,7 @@ pub fn load_all(
     let resolved = ld.profiles(&raw_profiles);
     let handler = handler(&mut ld, &resolved.names);
     let flow = flow_settings(&mut ld, yaml);
+    let data = datalayer::resolve(&mut ld);
     if !ld.errors.is_empty() {
         let mut errors = ld.errors;
         errors.sort_by_key(|e| e.line.unwrap_or(usize::MAX));
@@ -195,6 +219,7 @@ pub fn load_all(
         feature_gates: flow.as_ref().map(|f| f.1.clone()).unwrap_or_default(),
         flow_control: flow.as_ref().and_then(|f| f.2.clone()),
         saturation_detector: flow.as_ref().and_then(|f| f.3.clone()),
+        data_layer: data.as_ref().and_then(|d| d.1.clone()),
     };
     let flow = flow.map(|f| f.0).unwrap_or_default();
     Ok(Loaded {
@@ -212,15 +237,22 @@ pub fn load_all(
             .built
             .iter()
             .find_map(|(_, _, b)| b.token_producer.clone()),
+        data_layer: Arc::new(data.map(|d| d.0).unwrap_or_default()),
     })
 }
 
 /// Whether a consumer's raw parameters name their producer (`prefixMatchInfoProducerName`,
-/// or the decider's alias `prefixPluginName`).
-fn names_producer(params: Option<&serde_yaml_ng::Value>) -> bool {
+/// or the decider's alias `prefixPluginName`; `no-hit-lru-scorer`'s deprecated
+/// `prefixPluginName` names nothing, and an empty name there means the default).
+fn names_producer(params: Option<&serde_yaml_ng::Value>, plugin_type: &str) -> bool {
     let Some(serde_yaml_ng::Value::Mapping(m)) = params else {
         return false;
     };
+    if plugin_type == crate::plugins::no_hit_lru_scorer::TYPE.name {
+        return m
+            .get("prefixMatchInfoProducerName")
+            .is_some_and(|v| !v.is_null() && v.as_str() != Some(""));
+    }
     ["prefixMatchInfoProducerName", "prefixPluginName"]
         .iter()
         .any(|k| m.get(*k).is_some_and(|v| !v.is_null()))

@@ -21,9 +21,10 @@ pub const KIND: &str = "EndpointPickerConfig";
 pub type RawConfig = RawDoc<RawPlugin, RawProfile>;
 
 /// Top level, with plugin entries `P` and profile entries `S` (typed, or [`Value`] to check
-/// entries one by one). Sections pdgate does not use yet (`featureGates`,
-/// `saturationDetector`, `dataLayer`, `flowControl`, `requestHandler`) are accepted and
-/// ignored; any other key is an error.
+/// entries one by one). The other sections are accepted here and decoded strictly by their
+/// own readers (`featureGates`, `flowControl`, `saturationDetector`: [`crate::flow::config`];
+/// `dataLayer`: `config/datalayer.rs`), except `requestHandler`, ignored; any other key is an
+/// error.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct RawDoc<P, S> {
@@ -43,7 +44,7 @@ pub struct RawDoc<P, S> {
     /// Ignored.
     #[serde(rename = "saturationDetector")]
     _saturation_detector: Option<IgnoredAny>,
-    /// Ignored.
+    /// Read by `config/datalayer.rs`.
     #[serde(rename = "dataLayer")]
     _data_layer: Option<IgnoredAny>,
     /// Ignored.

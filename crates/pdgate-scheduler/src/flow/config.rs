@@ -80,8 +80,9 @@ pub struct FlowControlConfig {
     pub default_band: BandConfig,
     /// Template of unlisted negative bands.
     pub negative_band: BandConfig,
-    /// Dispatch stops while saturation ≥ this (`static-usage-limit-policy`).
-    pub usage_limit: f64,
+    /// The usage-limit policy: the per-band dispatch ceilings (default
+    /// `static-usage-limit-policy` at 1.0: dispatch stops while saturation ≥ 1.0).
+    pub usage_limit: super::usage_limit::UsageLimit,
     /// `enableEviction`: dispatched sheddable requests may be evicted to unblock higher
     /// priorities ([`super::eviction`]).
     pub enable_eviction: bool,
@@ -105,7 +106,7 @@ impl Default for FlowControlConfig {
             bands: vec![band],
             default_band: band,
             negative_band: band,
-            usage_limit: 1.0,
+            usage_limit: super::usage_limit::UsageLimit::default(),
             enable_eviction: false,
         }
     }
@@ -352,7 +353,18 @@ pub fn resolve(
             )),
             None if super::plugins::UNSUPPORTED_TYPES.contains(&name.as_str()) => Err((
                 field.into(),
-                format!("unsupported plugin type `{name}` (an llm-d flow-control policy pdgate does not implement)"),
+                format!(
+                    "unsupported plugin type `{name}` ({})",
+                    crate::registry::refusal(name)
+                        .unwrap_or("an llm-d flow-control policy pdgate does not implement")
+                ),
+            )),
+            None if super::plugins::TYPES.iter().any(|t| t.name == name) => Err((
+                field.into(),
+                format!(
+                    "plugin type `{name}` has required parameters: declare it under `plugins:` \
+                     with them and refer to it by its name"
+                ),
             )),
             None => Err((field.into(), format!("plugin `{name}` not found"))),
         }
@@ -361,8 +373,8 @@ pub fn resolve(
         "flowControl.usageLimitPolicyPluginRef",
         &fc.usage_limit_policy_plugin_ref,
     )? {
-        None => 1.0,
-        Some(FlowPolicy::UsageLimit { threshold }) => threshold,
+        None => super::usage_limit::UsageLimit::default(),
+        Some(FlowPolicy::UsageLimit(limit)) => limit,
         Some(_) => {
             return Err((
                 "flowControl.usageLimitPolicyPluginRef".into(),
@@ -381,13 +393,23 @@ pub fn resolve(
             ))
         }
     }
+    // The name each program-aware setting was referred to by (the effective config's refs).
+    let program_aware = std::cell::RefCell::new(Vec::new());
     let band = |field: &str, raw: &RawBand, base: BandConfig| -> Result<BandConfig, FieldError> {
         let fairness = match policy(
             &format!("{field}.fairnessPolicyRef"),
             &raw.fairness_policy_ref,
         )? {
             None => base.fairness,
-            Some(FlowPolicy::Fairness(f)) => f,
+            Some(FlowPolicy::Fairness(f)) => {
+                if let (Fairness::ProgramAware(las), Some(name)) = (f, &raw.fairness_policy_ref) {
+                    let mut seen = program_aware.borrow_mut();
+                    if !seen.iter().any(|(l, _)| *l == las) {
+                        seen.push((las, name.clone()));
+                    }
+                }
+                f
+            }
             Some(_) => {
                 return Err((
                     format!("{field}.fairnessPolicyRef"),
@@ -484,6 +506,7 @@ pub fn resolve(
             fc_usage_ref
                 .as_deref()
                 .unwrap_or(super::plugins::STATIC_USAGE_LIMIT.name),
+            &program_aware.borrow(),
         )
     });
     Ok(FlowSettings {

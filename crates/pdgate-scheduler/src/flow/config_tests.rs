@@ -141,11 +141,11 @@ fn references_defaults_and_errors() {
             .1
             .contains("`lottery` not found")
     );
-    // Regression (adversarial try): an llm-d policy pdgate lacks read like a typo.
+    // A policy type with required parameters, named without a `plugins:` entry, says so.
     assert!(
         err("flowControl:\n  usageLimitPolicyPluginRef: priority-holdback-policy\n")
             .1
-            .contains("unsupported plugin type `priority-holdback-policy`")
+            .contains("plugin type `priority-holdback-policy` has required parameters")
     );
     // A section without the gate loads, with a warning.
     let s = resolve(sections("flowControl:\n  maxBytes: \"1024\"\n"), &lookup).unwrap();

@@ -17,6 +17,14 @@
 //!
 //! `pending` (requests flow control dispatched that have not booked an endpoint yet) is
 //! spread evenly over the endpoints, so a burst of dispatches sees its own effect.
+//!
+//! Both are also scheduling **filters** when a profile lists them (llm-d registers each as
+//! SaturationDetector + Filter). One definition of each rule serves both uses:
+//! [`UtilizationDetector::thresholds`] with [`Reading`] (score `max(w/q, kv/k)` for the
+//! detector, `w < q' && kv < k'` for the filter, where `'` means `× (1 + headroom)`), and
+//! [`ConcurrencyDetector::limit`] (`Σ bookings / (N × limit(1))` for the detector, `bookings
+//! < limit(1 + headroom)` for the filter). `probabilistic-admitter` scores endpoints with the
+//! same [`Thresholds::score`].
 
 use super::duration::{self, GoDuration};
 use crate::endpoint::{monotonic_ms, EndpointState};
@@ -183,17 +191,75 @@ impl UtilizationDetector {
         );
         // Gauges this detector reads must be known too (an engine that exports neither
         // waiting nor KV use tells it nothing).
-        let known = e.load.waiting().is_some() || e.load.kv_usage().is_some();
-        known
+        known(e)
             && e.load
                 .scraped_at_ms()
                 .is_some_and(|t| now_ms.saturating_sub(t) <= max_age)
     }
 
-    fn waiting(e: &EndpointState, extra: f64) -> f64 {
+    /// The thresholds scaled by `slack`: `× 1` for saturation, `× (1 + headroom)` for the
+    /// filter — the one place both read them.
+    pub fn thresholds(&self, slack: f64) -> Thresholds {
+        Thresholds {
+            queue: self.params.queue_depth_threshold as f64 * slack,
+            kv: self.params.kv_cache_util_threshold * slack,
+        }
+    }
+
+    /// What the detector reads of `e` at `now_ms`, with `extra` requests added to its
+    /// waiting count; `None` when its gauges are stale or unknown.
+    fn reading(&self, e: &EndpointState, now_ms: u64, extra: f64) -> Option<Reading> {
+        self.fresh(e, now_ms).then(|| Reading::of(e, extra))
+    }
+}
+
+/// An endpoint's utilization gauges as the utilization rule reads them.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Reading {
+    /// Waiting requests: `max(scraped waiting, bookings − scraped running)` plus any extra.
+    pub waiting: f64,
+    /// KV-cache usage, 0..1 (0 when the engine does not export it).
+    pub kv: f64,
+}
+
+impl Reading {
+    /// The gauges of `e` with `extra` requests added to the waiting count. Bookings this
+    /// router made since the last scrape count as waiting at once.
+    pub fn of(e: &EndpointState, extra: f64) -> Reading {
         let l = &e.load;
         let booked_not_running = l.in_flight() as f64 - l.running().unwrap_or(0.0);
-        l.waiting().unwrap_or(0.0).max(booked_not_running) + extra
+        Reading {
+            waiting: l.waiting().unwrap_or(0.0).max(booked_not_running) + extra,
+            kv: l.kv_usage().unwrap_or(0.0),
+        }
+    }
+}
+
+/// True when `e` has utilization gauges at all (a scrape told its waiting count or its KV
+/// use; a failed scrape leaves both unknown).
+pub fn known(e: &EndpointState) -> bool {
+    e.load.scraped_at_ms().is_some() && (e.load.waiting().is_some() || e.load.kv_usage().is_some())
+}
+
+/// The utilization rule's two thresholds (waiting requests, KV-cache fraction), shared by
+/// the `utilization-detector` (saturation and filter) and `probabilistic-admitter`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Thresholds {
+    /// Waiting requests.
+    pub queue: f64,
+    /// KV-cache usage fraction.
+    pub kv: f64,
+}
+
+impl Thresholds {
+    /// `max(waiting / queue, kv / kv threshold)`: 1.0 at the threshold, may exceed 1.
+    pub fn score(&self, r: Reading) -> f64 {
+        (r.waiting / self.queue).max(r.kv / self.kv)
+    }
+
+    /// True when both gauges are strictly under their thresholds.
+    pub fn under(&self, r: Reading) -> bool {
+        r.waiting < self.queue && r.kv < self.kv
     }
 }
 
@@ -203,14 +269,10 @@ impl SaturationDetector for UtilizationDetector {
             return 1.0;
         }
         let extra = pending as f64 / endpoints.len() as f64;
-        let q = self.params.queue_depth_threshold as f64;
-        let kv = self.params.kv_cache_util_threshold;
+        let t = self.thresholds(1.0);
         let sum: f64 = endpoints
             .iter()
-            .map(|e| match self.fresh(e, now_ms) {
-                false => 1.0,
-                true => (Self::waiting(e, extra) / q).max(e.load.kv_usage().unwrap_or(0.0) / kv),
-            })
+            .map(|e| self.reading(e, now_ms, extra).map_or(1.0, |r| t.score(r)))
             .sum();
         sum / endpoints.len() as f64
     }
@@ -239,25 +301,23 @@ impl SaturationDetector for UtilizationDetector {
     }
 }
 
+impl UtilizationDetector {
+    /// The filter at `now_ms` ([`Filter::filter`] reads the clock): keeps the endpoints
+    /// with fresh gauges under `threshold × (1 + headroom)` on both; the input when none is.
+    pub fn filter_at(&self, candidates: &mut Candidates<'_>, now_ms: u64) {
+        let t = self.thresholds(1.0 + self.params.headroom);
+        let passes =
+            |e: &&Arc<EndpointState>| self.reading(e, now_ms, 0.0).is_some_and(|r| t.under(r));
+        // Fails open: an emptied set would turn a metrics hiccup into a 429 for everyone.
+        if candidates.iter().any(passes) {
+            candidates.retain(passes);
+        }
+    }
+}
+
 impl Filter for UtilizationDetector {
     fn filter(&self, _ctx: &RequestCtx<'_>, candidates: &mut Candidates<'_>) {
-        let now = monotonic_ms();
-        let slack = 1.0 + self.params.headroom;
-        let q = self.params.queue_depth_threshold as f64 * slack;
-        let kv = self.params.kv_cache_util_threshold * slack;
-        let kept: Candidates<'_> = candidates
-            .iter()
-            .copied()
-            .filter(|e| {
-                self.fresh(e, now)
-                    && Self::waiting(e, 0.0) < q
-                    && e.load.kv_usage().unwrap_or(0.0) < kv
-            })
-            .collect();
-        // Fails open: an emptied set would turn a metrics hiccup into a 429 for everyone.
-        if !kept.is_empty() {
-            *candidates = kept;
-        }
+        self.filter_at(candidates, monotonic_ms());
     }
 }
 
@@ -296,13 +356,26 @@ pub struct ConcurrencyDetector {
     pub params: ConcurrencyParams,
 }
 
+impl ConcurrencyDetector {
+    /// Bookings at which an endpoint is full, scaled by `slack` (`× 1` for saturation,
+    /// `× (1 + headroom)` for the filter), truncated to a whole count as llm-d does.
+    pub fn limit(&self, slack: f64) -> u64 {
+        (self.params.max_concurrency as f64 * slack) as u64
+    }
+
+    /// The load the rule counts on `e`: this router's bookings there.
+    fn load(e: &EndpointState) -> u64 {
+        e.load.in_flight() as u64
+    }
+}
+
 impl SaturationDetector for ConcurrencyDetector {
     fn saturation(&self, endpoints: &[&Arc<EndpointState>], pending: u32, _now_ms: u64) -> f64 {
         if endpoints.is_empty() {
             return 1.0;
         }
-        let booked: u64 = endpoints.iter().map(|e| e.load.in_flight() as u64).sum();
-        let capacity = endpoints.len() as f64 * self.params.max_concurrency as f64;
+        let booked: u64 = endpoints.iter().map(|e| Self::load(e)).sum();
+        let capacity = endpoints.len() as f64 * self.limit(1.0) as f64;
         (booked + pending as u64) as f64 / capacity
     }
 
@@ -313,8 +386,8 @@ impl SaturationDetector for ConcurrencyDetector {
 
 impl Filter for ConcurrencyDetector {
     fn filter(&self, _ctx: &RequestCtx<'_>, candidates: &mut Candidates<'_>) {
-        let limit = (self.params.max_concurrency as f64 * (1.0 + self.params.headroom)) as u64;
-        candidates.retain(|e| (e.load.in_flight() as u64) < limit);
+        let limit = self.limit(1.0 + self.params.headroom);
+        candidates.retain(|e| Self::load(e) < limit);
     }
 }
 
@@ -449,6 +522,82 @@ mod tests {
         let _g: Vec<InFlightGuard> = (0..3).map(|_| InFlightGuard::book(&a.load)).collect();
         assert!((d.saturation(&[&a, &b], 0, 0) - 3.0 / 8.0).abs() < 1e-9);
         assert!((d.saturation(&[&a, &b], 5, 0) - 1.0).abs() < 1e-9);
+    }
+
+    fn names(c: &Candidates<'_>) -> Vec<String> {
+        c.iter().map(|e| e.endpoint.name.clone()).collect()
+    }
+
+    #[test]
+    fn utilization_filter_keeps_fresh_endpoints_under_the_slackened_thresholds() {
+        // headroom 0.25: limits 5 × 1.25 = 6.25 waiting and 0.8 × 1.25 = 1.0 KV.
+        let d = UtilizationDetector::new(UtilizationParams {
+            headroom: 0.25,
+            ..UtilizationParams::default()
+        });
+        let (a, b, c, s) = (ep("a", None), ep("b", None), ep("c", None), ep("s", None));
+        a.load.set_scraped(Some(0.0), Some(6.0), Some(0.5)); // 6 < 6.25, 0.5 < 1: kept
+        b.load.set_scraped(Some(0.0), Some(7.0), Some(0.1)); // 7 ≥ 6.25: dropped
+        c.load.set_scraped(Some(0.0), Some(0.0), Some(0.99)); // 0.99 < 1.0: kept
+                                                              // s never scraped: stale, dropped.
+        let now = monotonic_ms();
+        let all = [&a, &b, &c, &s];
+        let mut cand: Candidates<'_> = all.to_vec();
+        d.filter_at(&mut cand, now);
+        assert_eq!(names(&cand), ["a", "c"]);
+        // The detector reads the same thresholds at × 1: max(6/5, 0.5/0.8) = 1.2 for a,
+        // max(7/5, 0.1/0.8) = 1.4 for b, max(0, 0.99/0.8) = 1.2375 for c, 1.0 for s.
+        let sat = d.saturation(&all, 0, now);
+        assert!(
+            (sat - (1.2 + 1.4 + 1.2375 + 1.0) / 4.0).abs() < 1e-12,
+            "{sat}"
+        );
+        // None passes: the input is returned unchanged (fails open).
+        let mut cand: Candidates<'_> = vec![&b, &s];
+        d.filter_at(&mut cand, now);
+        assert_eq!(names(&cand), ["b", "s"]);
+        // Strictly under: exactly at the limit is out (kv 1.0 = 0.8 × 1.25).
+        c.load.set_scraped(Some(0.0), Some(0.0), Some(1.0));
+        let mut cand: Candidates<'_> = vec![&a, &c];
+        d.filter_at(&mut cand, monotonic_ms());
+        assert_eq!(names(&cand), ["a"]);
+        assert_eq!(
+            d.thresholds(1.25),
+            Thresholds {
+                queue: 6.25,
+                kv: 1.0
+            }
+        );
+    }
+
+    #[test]
+    fn concurrency_filter_truncates_the_limit_and_never_fails_open() {
+        let d = |headroom| ConcurrencyDetector {
+            params: ConcurrencyParams {
+                concurrency_mode: "requests".into(),
+                max_concurrency: 4,
+                max_token_concurrency: 1,
+                headroom,
+            },
+        };
+        let (a, b) = (ep("a", None), ep("b", None));
+        let _ga: Vec<InFlightGuard> = (0..5).map(|_| InFlightGuard::book(&a.load)).collect();
+        let _gb: Vec<InFlightGuard> = (0..6).map(|_| InFlightGuard::book(&b.load)).collect();
+        let ctx_run = |det: &ConcurrencyDetector| {
+            let mut cand: Candidates<'_> = vec![&a, &b];
+            crate::plugins::testutil::with_ctx(&pdgate_api::PromptInput::Tokens(vec![]), |ctx| {
+                det.filter(ctx, &mut cand)
+            });
+            names(&cand)
+        };
+        // 4 × 1.5 = 6: a (5) kept, b (6) dropped.
+        assert_eq!(d(0.5).limit(1.5), 6);
+        assert_eq!(ctx_run(&d(0.5)), ["a"]);
+        // 4 × 1.3 = 5.2 → 5: both dropped, and the set stays empty.
+        assert_eq!(d(0.3).limit(1.3), 5);
+        assert!(ctx_run(&d(0.3)).is_empty());
+        // The detector divides by the same limit at × 1: (5 + 6) / (2 × 4).
+        assert_eq!(d(0.3).saturation(&[&a, &b], 0, 0), 11.0 / 8.0);
     }
 
     #[test]

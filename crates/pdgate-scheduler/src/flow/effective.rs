@@ -1,22 +1,30 @@
 //! The `flowControl` section as the effective config writes it: every default filled in,
-//! policies by their type names (they have no parameters), the detector and usage limit by
-//! the names the config used. Loading it again gives the same [`FlowControlConfig`].
+//! policies by their type names (they have no parameters; `program-aware-fairness`, which
+//! has, by the name the config used), the detector and usage limit by the names the config
+//! used. Loading it again gives the same [`FlowControlConfig`].
 
 use super::config::{BandConfig, FlowControlConfig};
 use super::plugins::{Fairness, Ordering};
 
 /// The resolved section as YAML, defaults written out; policies by their type names (they
-/// have no parameters), the detector and usage limit by the names the config used.
+/// have no parameters), a program-aware fairness by the name `program_aware` gives its
+/// settings (the type name when absent), the detector and usage limit by the names the
+/// config used.
 pub(super) fn effective_section(
     c: &FlowControlConfig,
     detector: Option<&str>,
     usage: &str,
+    program_aware: &[(super::program_aware::Las, String)],
 ) -> serde_yaml_ng::Value {
     use super::duration::format;
     use serde_yaml_ng::{Mapping, Value};
     let fairness = |f: Fairness| match f {
         Fairness::GlobalStrict => super::plugins::GLOBAL_STRICT.name,
         Fairness::RoundRobin => super::plugins::ROUND_ROBIN.name,
+        Fairness::ProgramAware(las) => program_aware
+            .iter()
+            .find(|(l, _)| *l == las)
+            .map_or(super::plugins::PROGRAM_AWARE.name, |(_, n)| n.as_str()),
     };
     let ordering = |o: Ordering| match o {
         Ordering::Fcfs => super::plugins::FCFS.name,

@@ -21,8 +21,12 @@ pub mod duration;
 mod effective;
 pub mod eviction;
 pub mod plugins;
+pub mod priority_holdback;
+pub mod program_aware;
 pub mod quantity;
 pub mod queues;
+pub mod soft_reflective_ceiling;
+pub mod usage_limit;
 
 pub use config::{BandConfig, FlowControlConfig, FlowSettings};
 pub use detector::{SaturationDetector, Stages};

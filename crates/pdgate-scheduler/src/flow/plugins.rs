@@ -6,11 +6,17 @@
 //!   its flows by the band's ordering goes first.
 //! - `round-robin-fairness-policy`: flows take turns (sorted by fairness id, starting after
 //!   the last one served).
+//! - `program-aware-fairness`: the flow (program) with the least attained service lately
+//!   goes first, its head's wait as a minor term ([`super::program_aware`]).
 //! - `fcfs-ordering-policy` (default): earliest enqueue first.
 //! - `edf-ordering-policy`: earliest deadline (enqueue + TTL) first; no TTL → last.
 //! - `slo-deadline-ordering-policy`: earliest `received + x-llm-d-slo-ttft-ms` (alias
 //!   `x-slo-ttft-ms`) first; a missing or bad header → last.
 //! - `static-usage-limit-policy` {threshold 1.0}: dispatch stops while saturation ≥ threshold.
+//! - `soft-reflective-ceiling-policy`: lower bands held back first as saturation rises, gated
+//!   bands alternating open/closed ([`super::soft_reflective_ceiling`]).
+//! - `priority-holdback-policy` {minCeiling, maxCeiling 1.0, shape, domain}: fixed ceilings
+//!   spread from the top band to the bottom one ([`super::priority_holdback`]).
 //! - `strict-band-selection-policy` (default of `bandSelectionPolicyPluginRef`): bands get
 //!   their turn from the highest priority down — the only band order pdgate has.
 
@@ -21,13 +27,15 @@ use serde::{Deserialize, Serialize};
 use serde_yaml_ng::Value;
 
 /// How a band picks the flow to serve next.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub enum Fairness {
     /// `global-strict-fairness-policy`.
     #[default]
     GlobalStrict,
     /// `round-robin-fairness-policy`.
     RoundRobin,
+    /// `program-aware-fairness` with its settings.
+    ProgramAware(super::program_aware::Las),
 }
 
 /// How a flow orders its items.
@@ -49,11 +57,8 @@ pub enum FlowPolicy {
     Fairness(Fairness),
     /// An ordering policy.
     Ordering(Ordering),
-    /// A usage-limit policy: dispatch stops at this saturation.
-    UsageLimit {
-        /// The ceiling (default 1.0).
-        threshold: f64,
-    },
+    /// A usage-limit policy: the per-band dispatch ceilings ([`super::usage_limit`]).
+    UsageLimit(super::usage_limit::UsageLimit),
     /// A band-selection policy (`strict-band-selection-policy`: highest priority first).
     BandSelection,
 }
@@ -138,9 +143,25 @@ fn build_usage_limit(params: Option<&Value>, _: &mut BuildCtx<'_>) -> Result<Bui
         return Err(PluginError::invalid("threshold", "must be > 0"));
     }
     Ok(Built {
-        flow_policy: Some(FlowPolicy::UsageLimit {
-            threshold: p.threshold,
-        }),
+        flow_policy: Some(FlowPolicy::UsageLimit(
+            super::usage_limit::UsageLimit::Static(p.threshold),
+        )),
+        params: effective(&p),
+        ..Built::default()
+    })
+}
+
+/// Registry entry of `program-aware-fairness` ([`super::program_aware`]).
+pub const PROGRAM_AWARE: PluginType = PluginType {
+    name: "program-aware-fairness",
+    stage: Stage::Consumer,
+    build: build_program_aware,
+};
+
+fn build_program_aware(params: Option<&Value>, _: &mut BuildCtx<'_>) -> Result<Built, PluginError> {
+    let p: super::program_aware::ProgramAwareParams = decode(params)?;
+    Ok(Built {
+        flow_policy: Some(FlowPolicy::Fairness(Fairness::ProgramAware(p.las()?))),
         params: effective(&p),
         ..Built::default()
     })
@@ -148,11 +169,7 @@ fn build_usage_limit(params: Option<&Value>, _: &mut BuildCtx<'_>) -> Result<Bui
 
 /// llm-d flow-control policy types pdgate does not implement: named as such when a config
 /// refers to one by its type (with a `plugins:` entry the registry refuses it the same way).
-pub const UNSUPPORTED_TYPES: &[&str] = &[
-    "priority-holdback-policy",
-    "soft-reflective-ceiling-policy",
-    "program-aware-fairness",
-];
+pub const UNSUPPORTED_TYPES: &[&str] = &[];
 
 /// What the flow-control resolver knows about a plugin name.
 pub enum Declared {
@@ -191,10 +208,13 @@ impl Declared {
 pub static TYPES: &[PluginType] = &[
     GLOBAL_STRICT,
     ROUND_ROBIN,
+    PROGRAM_AWARE,
     FCFS,
     EDF,
     SLO_DEADLINE,
     STATIC_USAGE_LIMIT,
+    super::soft_reflective_ceiling::TYPE,
+    super::priority_holdback::TYPE,
     STRICT_BAND_SELECTION,
     super::detector::UTILIZATION,
     super::detector::CONCURRENCY,

@@ -8,9 +8,13 @@
 //! - [`Queues::pop_next`] serves bands in strict priority order (highest first); within a
 //!   band the fairness policy picks the flow and the ordering policy the item.
 //! - A request whose priority has no band joins the priority-0 band (llm-d's fallback).
+//! - Bands with `program-aware-fairness` choose by their program [`Ledger`] (one per
+//!   distinct parameter set), which the caller keeps current: [`Queues::record_dispatch`],
+//!   [`Queues::record_completion`], [`Queues::sweep_programs`].
 
 use super::config::{BandConfig, FlowControlConfig};
 use super::plugins::{Fairness, Ordering};
+use super::program_aware::{Ledger, Program};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
@@ -48,6 +52,8 @@ struct Band {
     bytes: u64,
     /// Round robin: the flow served last.
     cursor: Option<Arc<str>>,
+    /// Program-aware fairness: its ledger's index.
+    ledger: Option<usize>,
 }
 
 /// The queues (see the module docs).
@@ -60,6 +66,8 @@ pub struct Queues {
     bytes: u64,
     /// id → (band index, flow, ordering key).
     index: HashMap<u64, (usize, Arc<str>, u64)>,
+    /// Program ledgers of the program-aware bands, one per distinct setting.
+    ledgers: Vec<Ledger>,
 }
 
 impl Queues {
@@ -73,21 +81,37 @@ impl Queues {
             }
         }
         bands.sort_by_key(|b| std::cmp::Reverse(b.priority));
+        let mut ledgers: Vec<Ledger> = Vec::new();
+        let mut ledger_of = |f: Fairness| match f {
+            Fairness::ProgramAware(las) => {
+                Some(match ledgers.iter().position(|l| l.las() == las) {
+                    Some(i) => i,
+                    None => {
+                        ledgers.push(Ledger::new(las));
+                        ledgers.len() - 1
+                    }
+                })
+            }
+            _ => None,
+        };
+        let bands = bands
+            .into_iter()
+            .map(|cfg| Band {
+                ledger: ledger_of(cfg.fairness),
+                cfg,
+                flows: BTreeMap::new(),
+                len: 0,
+                bytes: 0,
+                cursor: None,
+            })
+            .collect();
         Queues {
             cfg: cfg.clone(),
-            bands: bands
-                .into_iter()
-                .map(|cfg| Band {
-                    cfg,
-                    flows: BTreeMap::new(),
-                    len: 0,
-                    bytes: 0,
-                    cursor: None,
-                })
-                .collect(),
+            bands,
             len: 0,
             bytes: 0,
             index: HashMap::new(),
+            ledgers,
         }
     }
 
@@ -166,12 +190,20 @@ impl Queues {
         Some(item)
     }
 
-    /// Takes the next item to dispatch: the highest non-empty band, its flow by the band's
-    /// fairness policy, that flow's first item by the band's ordering.
-    pub fn pop_next(&mut self) -> Option<Item> {
+    /// Takes the next item to dispatch at `now_ms`: the highest non-empty band, its flow by
+    /// the band's fairness policy, that flow's first item by the band's ordering.
+    pub fn pop_next(&mut self, now_ms: u64) -> Option<Item> {
         let b = self.bands.iter().position(|b| b.len > 0)?;
         let band = &self.bands[b];
         let flow: Arc<str> = match band.cfg.fairness {
+            Fairness::ProgramAware(_) => {
+                let ledger = &mut self.ledgers[band.ledger?];
+                let heads = band
+                    .flows
+                    .iter()
+                    .filter_map(|(f, q)| Some((f, q.values().next()?.enqueued_ms)));
+                ledger.choose(heads, now_ms)?.clone()
+            }
             Fairness::GlobalStrict => band
                 .flows
                 .iter()
@@ -226,6 +258,59 @@ impl Queues {
         due.into_iter()
             .filter_map(|(b, f, k)| self.take(b, &f, k))
             .collect()
+    }
+
+    /// True when some band uses `program-aware-fairness` (the caller then records
+    /// dispatches and completions).
+    pub fn program_aware(&self) -> bool {
+        !self.ledgers.is_empty()
+    }
+
+    /// A request of fairness id `flow` from the band of `priority` was dispatched at
+    /// `now_ms` after waiting `waited_ms` (ms): counted in flight by every ledger, its wait
+    /// observed when its band is program-aware.
+    pub fn record_dispatch(&mut self, flow: &Arc<str>, priority: i32, waited_ms: u64, now_ms: u64) {
+        let aware = self.bands[self.band_index(priority)].ledger.is_some();
+        for l in &mut self.ledgers {
+            l.dispatched(flow, aware.then_some(waited_ms), now_ms);
+        }
+    }
+
+    /// A dispatched request of `flow` finished at `now_ms`, costing `cost` weighted tokens
+    /// (`None`: unknown). Returns the first ledger's attained service of `flow` after it.
+    pub fn record_completion(
+        &mut self,
+        flow: &Arc<str>,
+        cost: Option<f64>,
+        now_ms: u64,
+    ) -> Option<f64> {
+        let mut first = None;
+        for l in &mut self.ledgers {
+            let s = l.completed(flow, cost, now_ms);
+            first.get_or_insert(s);
+        }
+        first
+    }
+
+    /// Runs the ledgers' eviction sweeps (when due at `now_ms`); returns the programs the
+    /// first ledger forgot.
+    pub fn sweep_programs(&mut self, now_ms: u64) -> Vec<Arc<str>> {
+        let mut first = None;
+        for l in &mut self.ledgers {
+            let gone = l.sweep(now_ms);
+            first.get_or_insert(gone);
+        }
+        first.unwrap_or_default()
+    }
+
+    /// The first ledger's record of program `flow`.
+    pub fn program(&self, flow: &str) -> Option<&Program> {
+        self.ledgers.first()?.program(flow)
+    }
+
+    /// The first ledger's Jain's fairness index of mean waits.
+    pub fn fairness_index(&self) -> Option<f64> {
+        self.ledgers.first().map(Ledger::fairness_index)
     }
 
     /// Removes every item (shutdown).

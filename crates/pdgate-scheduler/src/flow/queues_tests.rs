@@ -27,7 +27,7 @@ fn cfg(fairness: Fairness, ordering: Ordering) -> FlowControlConfig {
 }
 
 fn ids(q: &mut Queues) -> Vec<u64> {
-    std::iter::from_fn(|| q.pop_next().map(|i| i.id)).collect()
+    std::iter::from_fn(|| q.pop_next(1000).map(|i| i.id)).collect()
 }
 
 #[test]
@@ -150,4 +150,63 @@ fn a_band_ttl_replaces_the_global_one_while_the_pool_has_endpoints() {
     let empty = |b: &crate::flow::BandConfig| c.ttl(b, true).as_millis() as u64;
     assert!(q.expire(4999, empty, 0).is_empty());
     assert_eq!(q.expire(5000, empty, 0).len(), 2);
+}
+
+#[test]
+fn program_aware_serves_the_least_served_program_first() {
+    use crate::flow::program_aware::{cost, Las};
+    let las = Las {
+        half_life_ms: 0.0,
+        ..Las::default()
+    };
+    let mut c = cfg(Fairness::ProgramAware(las), Ordering::Fcfs);
+    // Band 5 keeps global-strict: its dispatches count in flight, without a wait.
+    c.bands.insert(
+        0,
+        crate::flow::BandConfig {
+            priority: 5,
+            fairness: Fairness::GlobalStrict,
+            ..c.default_band
+        },
+    );
+    let mut q = Queues::new(&c, []);
+    assert!(q.program_aware());
+    let (heavy, light): (Arc<str>, Arc<str>) = ("heavy".into(), "light".into());
+    // heavy ran a request costing 16 + 2 × 10 = 36 tokens.
+    q.record_dispatch(&heavy, 0, 0, 0);
+    assert_eq!(
+        q.record_completion(&heavy, Some(cost(16, 10)), 5),
+        Some(36.0)
+    );
+    // heavy queues first, light later: FCFS would serve heavy; LAS serves light
+    // (score 0.8 against heavy's 0.2), then heavy, then light's second.
+    q.enqueue(item(1, 0, "heavy", 10)).unwrap();
+    q.enqueue(item(2, 0, "light", 20)).unwrap();
+    q.enqueue(item(3, 0, "light", 30)).unwrap();
+    let first = q.pop_next(100).unwrap();
+    assert_eq!(first.id, 2);
+    q.record_dispatch(&first.flow, first.priority, 100 - first.enqueued_ms, 100);
+    // light finished a request costing 10 + 2 × 50 = 110: now heavy is the least served.
+    assert_eq!(
+        q.record_completion(&light, Some(cost(10, 50)), 150),
+        Some(110.0)
+    );
+    assert_eq!(q.pop_next(200).map(|i| i.id), Some(1));
+    assert_eq!(q.pop_next(200).map(|i| i.id), Some(3));
+    let p = q.program("light").unwrap();
+    assert_eq!(
+        (p.in_flight, p.waits, p.avg_wait_ms, p.service),
+        (0, 1, 80.0, 110.0)
+    );
+    // A dispatch from the global-strict band: in flight, no wait observed (heavy's one
+    // wait is its first dispatch's, 0 ms, from band 0).
+    q.record_dispatch(&heavy, 5, 999, 300);
+    let p = q.program("heavy").unwrap();
+    assert_eq!((p.in_flight, p.waits, p.avg_wait_ms), (1, 1, 0.0));
+    // Mean waits (80, 0): 80² / (2 × 80²) = 0.5.
+    assert_eq!(q.fairness_index(), Some(0.5));
+    // Without a program-aware band there is no ledger.
+    let plain = Queues::new(&FlowControlConfig::default(), []);
+    assert!(!plain.program_aware());
+    assert_eq!(plain.fairness_index(), None);
 }

@@ -4,7 +4,8 @@
 //! - **Extension points:** ProfileHandler
 //! - **Parameters:** `profiles.decode` (default `decode`), `profiles.prefill` (default
 //!   `prefill`), `profiles.encode` (default `encode`); `deciders.prefill` (name of a decider
-//!   plugin; absent = never split); `deciders.encode` (validated, not run yet).
+//!   plugin; absent = never split); `deciders.encode` (name of a decider plugin, e.g.
+//!   `always-disagg-multimodal-decider`; absent = pdgate's default, below).
 //! - **Inputs:** the decode and prefill profiles; the prefill decider.
 //! - **Outputs:** runs the decode profile (its rejection is the request's); asks the prefill
 //!   decider with the decode pick; if it splits, runs the prefill profile → prefill pick
@@ -17,14 +18,22 @@
 //!   A conditional-decode probe (`Prefer: if-available`) runs the decode profile only: the
 //!   prefill decider's `Keep` serves it aggregated on the decode pick; `Split` or `Unknown`
 //!   rejects it with 412 (`Rejection::DecodeDeferred`); no decider → always served.
-//! - **Limitations:** no encode stage yet; a prefill-profile saturation falls back to
-//!   aggregated rather than rejecting.
+//!   With an encode decider, its answer for the decode pick is kept for the request
+//!   ([`encode_decision`]): `Split` runs the encode stage (`pdgate serve`: one encode leg
+//!   per media item on the encode profile), `Keep` skips it. Without one, `pdgate serve`
+//!   runs the encode stage for every request with media items when the config has the
+//!   encode profile and encode endpoints exist (llm-d runs none without a decider).
+//!   Before the prefill profile runs, the decode pick is published as the request's peer
+//!   ([`PEER_ENDPOINT`]) for the topology-affinity plugins.
+//! - **Limitations:** the encode stage runs in the server, after scheduling (encode picks
+//!   are made per leg); a prefill-profile saturation falls back to aggregated rather than
+//!   rejecting.
 
 use crate::endpoint::EndpointState;
 use crate::error::Rejection;
 use crate::plugin::{Decider, Decision, ProfileHandler, ProfileRunner};
 use crate::registry::{decode, effective, BuildCtx, Built, PluginError, PluginType, Stage};
-use crate::request::{RequestCtx, SchedulingResult};
+use crate::request::{RequestCtx, RequestState, SchedulingResult};
 use crate::scheduler::conditional_verdict;
 use pdgate_api::Phase;
 use serde::{Deserialize, Serialize};
@@ -77,10 +86,15 @@ pub struct DeciderNames {
     /// Prefill decider; absent = P/D disabled.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub prefill: Option<String>,
-    /// Encode decider (not run yet).
+    /// Encode decider; absent = the server's default (encode media when it can).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub encode: Option<String>,
 }
+
+/// [`crate::request::RequestState`] key of the peer pick (`Arc<EndpointState>`): the decode
+/// pick, set just before the prefill profile runs (llm-d request attribute
+/// `peer-endpoint/disagg-profile-handler`, decode-first order).
+pub const PEER_ENDPOINT: &str = "peer-endpoint/disagg-profile-handler";
 
 /// The handler.
 pub struct DisaggProfileHandler {
@@ -88,6 +102,17 @@ pub struct DisaggProfileHandler {
     prefill: String,
     encode: String,
     prefill_decider: Option<Arc<dyn Decider>>,
+    encode_decider: Option<Arc<dyn Decider>>,
+}
+
+/// [`RequestState`] key of the encode decider's answer.
+const ENCODE_DECISION: &str = "disagg-profile-handler/encode";
+
+/// Whether the request's encode decider asked for the encode stage: `Some(true)` on `Split`,
+/// `Some(false)` on `Keep` or `Unknown`; `None` when no encode decider ran (another handler,
+/// no `deciders.encode`, or a header-selected profile).
+pub fn encode_decision(state: &RequestState) -> Option<bool> {
+    state.get(ENCODE_DECISION)
 }
 
 /// Why a split request found no prefill endpoint, when the fleet has prefill endpoints for
@@ -122,6 +147,10 @@ impl ProfileHandler for DisaggProfileHandler {
         // The decode pick reads the Decode pin (decode pin, else worker pin) whether it ends
         // split or aggregated.
         let mut decode = runner.run(ctx, &self.decode, Phase::Decode)?;
+        if let Some(d) = &self.encode_decider {
+            let split = d.decide(ctx, &decode.endpoint) == Decision::Split;
+            ctx.state().set(ENCODE_DECISION, split);
+        }
         if ctx.req.conditional {
             let decision = self.conditional_decode(ctx, &decode.endpoint);
             conditional_verdict(decision, &decode.endpoint.endpoint.name)?;
@@ -141,6 +170,8 @@ impl ProfileHandler for DisaggProfileHandler {
                     .as_ref()
                     .is_some_and(|d| d.decide(ctx, &decode.endpoint) == Decision::Split));
         if split {
+            // The prefill profile's plugins see the decode pick as the peer (topology affinity).
+            ctx.state().set(PEER_ENDPOINT, decode.endpoint.clone());
             match runner.run(ctx, &self.prefill, Phase::Prefill) {
                 // Both picks landed on one endpoint that serves both phases: a split there
                 // would only add a hop and a KV transfer onto itself, so it runs aggregated.
@@ -205,14 +236,16 @@ fn build(params: Option<&Value>, ctx: &mut BuildCtx<'_>) -> Result<Built, Plugin
         Some(name) => Some(ctx.decider(name, "deciders.prefill")?),
         None => None,
     };
-    if let Some(name) = &p.deciders.encode {
-        ctx.decider(name, "deciders.encode")?;
-    }
+    let encode_decider = match &p.deciders.encode {
+        Some(name) => Some(ctx.decider(name, "deciders.encode")?),
+        None => None,
+    };
     let handler = DisaggProfileHandler {
         decode: p.profiles.decode.clone(),
         prefill: p.profiles.prefill.clone(),
         encode: p.profiles.encode.clone(),
         prefill_decider,
+        encode_decider,
     };
     Ok(Built {
         handler: Some(Arc::new(handler)),

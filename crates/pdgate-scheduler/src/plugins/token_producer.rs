@@ -9,9 +9,9 @@
 //! - **Parameters** (llm-d names; exactly one backend, none = `vllm`):
 //!   - `modelName` (required): the model whose prompts are tokenized (sent as `model` to the
 //!     render endpoint); requests for other models keep the text estimate.
-//!   - `vllm`: `{http, timeout, mmTimeout}` — the engine's `/v1/completions/render` and
-//!     `/v1/chat/completions/render`. `http` is a render server's base URL (llm-d default
-//!     `http://localhost:8000`); pdgate's default, when `http` is absent, is an engine of the
+//!   - `vllm`: `{url, timeout, mmTimeout}` — the engine's `/v1/completions/render` and
+//!     `/v1/chat/completions/render`. `url` (older llm-d: `http`) is a render server's base URL (llm-d default
+//!     `http://localhost:8000`); pdgate's default, when `url` is absent, is an engine of the
 //!     fleet serving the model. `timeout` (Go duration, default `5s`) bounds each call;
 //!     `mmTimeout` (default `30s`) is accepted (pdgate sends no multimodal render).
 //!   - `local` (pdgate): `{tokenizer, chatTemplate?}` — a model directory or its
@@ -74,8 +74,10 @@ pub struct TokenProducerParams {
 #[serde(deny_unknown_fields, rename_all = "camelCase", default)]
 pub struct VllmParams {
     /// Base URL of a render server (`http://host:port`); `None` = an engine of the fleet.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub http: Option<String>,
+    /// llm-d's current name is `url` (`tokenizer/vllm_http.go`); its earlier `http` is
+    /// accepted too.
+    #[serde(alias = "http", skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
     /// Per-call timeout (default 5 s).
     pub timeout: GoDuration,
     /// Multimodal per-call timeout (default 30 s; accepted, unused).
@@ -85,7 +87,7 @@ pub struct VllmParams {
 impl Default for VllmParams {
     fn default() -> Self {
         VllmParams {
-            http: None,
+            url: None,
             timeout: GoDuration(Duration::from_secs(5)),
             mm_timeout: GoDuration(Duration::from_secs(30)),
         }
@@ -160,11 +162,11 @@ fn build(params: Option<&Value>, ctx: &mut BuildCtx<'_>) -> Result<Built, Plugin
             "only one of `vllm`, `local` or `estimate` may be set",
         ));
     }
-    if let Some(http) = p.vllm.as_ref().and_then(|v| v.http.as_deref()) {
-        if !(http.starts_with("http://") || http.starts_with("https://")) {
+    if let Some(url) = p.vllm.as_ref().and_then(|v| v.url.as_deref()) {
+        if !(url.starts_with("http://") || url.starts_with("https://")) {
             return Err(PluginError::invalid(
-                "vllm.http",
-                format!("`{http}` is not an http:// or https:// URL"),
+                "vllm.url",
+                format!("`{url}` is not an http:// or https:// URL"),
             ));
         }
     }
@@ -210,13 +212,13 @@ mod tests {
         assert_eq!(
             p.backend(),
             BackendParams::Vllm(&VllmParams {
-                http: Some("http://localhost:8000".into()),
+                url: Some("http://localhost:8000".into()),
                 ..VllmParams::default()
             })
         );
         assert_eq!(
             serde_yaml_ng::to_string(&effective(&p)).unwrap(),
-            "modelName: tiny\nvllm:\n  http: http://localhost:8000\n  timeout: 5s\n  mmTimeout: 30s\n"
+            "modelName: tiny\nvllm:\n  url: http://localhost:8000\n  timeout: 5s\n  mmTimeout: 30s\n"
         );
         let p = load("modelName: tiny").unwrap();
         assert_eq!(p.backend(), BackendParams::Vllm(&VllmParams::default()));
@@ -253,18 +255,18 @@ mod tests {
             Some("vllm")
         );
         assert_eq!(
-            err("modelName: m\nvllm:\n  http: localhost:8000")
+            err("modelName: m\nvllm:\n  url: localhost:8000")
                 .path
                 .as_deref(),
-            Some("vllm.http")
+            Some("vllm.url")
         );
         assert_eq!(
             err("modelName: m\nvllm:\n  timeout: 0s").path.as_deref(),
             Some("vllm.timeout")
         );
-        assert!(err("modelName: m\nvllm:\n  url: http://x")
+        assert!(err("modelName: m\nvllm:\n  uri: http://x")
             .message
-            .contains("unknown field `url`"));
+            .contains("unknown field `uri`"));
         assert_eq!(
             err("modelName: m\nudsTokenizerConfig:\n  socketFile: /tmp/s")
                 .path

@@ -1,10 +1,13 @@
 //! [`PrefixSource`]: the index a prefix consumer (`prefix-cache-scorer`,
 //! `prefix-based-pd-decider`) reads through `prefixMatchInfoProducerName` — approximate
 //! (the router's own picks, matched by bisection) or precise (engine KV events, matched by a
-//! walk). One enum, resolved once at config load by `BuildCtx::producer`.
+//! walk) or the burst producer's placements (`burst-prefix-cache-producer`). One enum,
+//! resolved once at config load by `BuildCtx::producer`.
 
 use super::{BlockHasher, PreciseIndex, PrefixIndex, PrefixStats};
 use crate::endpoint::EndpointState;
+use crate::plugins::burst_prefix_cache_producer::BurstIndex;
+use crate::request::RequestState;
 use std::sync::Arc;
 
 /// A prefix producer's index.
@@ -14,6 +17,10 @@ pub enum PrefixSource {
     Approx(Arc<PrefixIndex>),
     /// `precise-prefix-cache-producer`.
     Precise(Arc<PreciseIndex>),
+    /// `burst-prefix-cache-producer`: not an index of cached blocks but a per-request
+    /// placement; it answers only through [`Self::match_lengths_for`] and
+    /// [`Self::match_length_for`], which know the request.
+    Burst(Arc<BurstIndex>),
 }
 
 impl PrefixSource {
@@ -22,6 +29,7 @@ impl PrefixSource {
         match self {
             PrefixSource::Approx(i) => i.slot(),
             PrefixSource::Precise(i) => i.slot(),
+            PrefixSource::Burst(i) => i.slot(),
         }
     }
 
@@ -30,6 +38,7 @@ impl PrefixSource {
         match self {
             PrefixSource::Approx(i) => i.hasher(),
             PrefixSource::Precise(i) => i.hasher(),
+            PrefixSource::Burst(i) => i.hasher(),
         }
     }
 
@@ -38,8 +47,41 @@ impl PrefixSource {
         self.hasher().block_tokens
     }
 
+    /// [`Self::match_lengths`] for the request whose state is `state`: the burst producer
+    /// places the request among `endpoints` (once per candidate set, at
+    /// [`crate::monotonic_ms`]) and answers from its placement; the others ignore `state`.
+    pub fn match_lengths_for(
+        &self,
+        state: &RequestState,
+        hashes: &[u64],
+        endpoints: &[&Arc<EndpointState>],
+        out: &mut Vec<usize>,
+    ) {
+        match self {
+            PrefixSource::Burst(i) => {
+                i.match_lengths_at(state, hashes, endpoints, crate::monotonic_ms(), out)
+            }
+            _ => self.match_lengths(hashes, endpoints, out),
+        }
+    }
+
+    /// [`Self::match_length`] for the request whose state is `state` (the burst producer:
+    /// all of `hashes` when the request was placed on `endpoint`, else 0).
+    pub fn match_length_for(
+        &self,
+        state: &RequestState,
+        hashes: &[u64],
+        endpoint: &EndpointState,
+    ) -> usize {
+        match self {
+            PrefixSource::Burst(i) => i.match_length_for(state, hashes, endpoint),
+            _ => self.match_length(hashes, endpoint),
+        }
+    }
+
     /// Matched prefix blocks of `hashes` on each of `endpoints`, written to `out` (the
-    /// precise index reads at [`crate::monotonic_ms`] for speculative credits).
+    /// precise index reads at [`crate::monotonic_ms`] for speculative credits; the burst
+    /// producer, without a request to place, answers 0).
     pub fn match_lengths(
         &self,
         hashes: &[u64],
@@ -51,6 +93,10 @@ impl PrefixSource {
             PrefixSource::Precise(i) => {
                 i.match_lengths_at(hashes, endpoints, crate::monotonic_ms(), out)
             }
+            PrefixSource::Burst(_) => {
+                out.clear();
+                out.resize(endpoints.len(), 0);
+            }
         }
     }
 
@@ -59,6 +105,7 @@ impl PrefixSource {
         match self {
             PrefixSource::Approx(i) => i.match_length(hashes, endpoint),
             PrefixSource::Precise(i) => i.match_length_at(hashes, endpoint, crate::monotonic_ms()),
+            PrefixSource::Burst(_) => 0,
         }
     }
 
@@ -67,6 +114,7 @@ impl PrefixSource {
         match self {
             PrefixSource::Approx(i) => i.blocks_held(name),
             PrefixSource::Precise(i) => i.blocks_held(name),
+            PrefixSource::Burst(_) => 0,
         }
     }
 
@@ -75,6 +123,7 @@ impl PrefixSource {
         match self {
             PrefixSource::Approx(i) => i.forget(name),
             PrefixSource::Precise(i) => i.clear_endpoint(name),
+            PrefixSource::Burst(_) => false,
         }
     }
 
@@ -83,6 +132,7 @@ impl PrefixSource {
         match self {
             PrefixSource::Approx(i) => i.retain(keep),
             PrefixSource::Precise(i) => i.retain(keep),
+            PrefixSource::Burst(_) => 0,
         }
     }
 
@@ -91,6 +141,7 @@ impl PrefixSource {
         match self {
             PrefixSource::Approx(i) => i.stats(),
             PrefixSource::Precise(i) => i.stats(),
+            PrefixSource::Burst(_) => PrefixStats::default(),
         }
     }
 
@@ -98,7 +149,7 @@ impl PrefixSource {
     pub fn precise(&self) -> Option<&Arc<PreciseIndex>> {
         match self {
             PrefixSource::Precise(i) => Some(i),
-            PrefixSource::Approx(_) => None,
+            PrefixSource::Approx(_) | PrefixSource::Burst(_) => None,
         }
     }
 
@@ -106,7 +157,7 @@ impl PrefixSource {
     pub fn approx(&self) -> Option<&Arc<PrefixIndex>> {
         match self {
             PrefixSource::Approx(i) => Some(i),
-            PrefixSource::Precise(_) => None,
+            PrefixSource::Precise(_) | PrefixSource::Burst(_) => None,
         }
     }
 }

@@ -44,6 +44,9 @@ pub struct SeqRequest {
     pub max_tokens: usize,
     /// Local, prefill leg, or remote-prefilled decode leg.
     pub mode: SeqMode,
+    /// For a local request on a worker with a shared-storage KV connector: the leading prompt
+    /// tokens the connector loads (0 when it found nothing); `None` = no connector lookup.
+    pub external_tokens: Option<usize>,
     /// When the request reached the worker.
     pub arrived: Instant,
 }
@@ -167,6 +170,7 @@ impl Engine {
         let fingerprint = prompt_fingerprint(&req.tokens);
         let mut seq = seq::Seq::new(tx, req.mode, req.tokens, hashes, out, req.arrived);
         seq.fingerprint = fingerprint;
+        seq.external = req.external_tokens;
         st.waiting.push_back(seq);
         drop(st);
         self.notify.notify_one();

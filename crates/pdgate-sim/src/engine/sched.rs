@@ -122,9 +122,17 @@ impl EngineState {
             s.reserved = lifetime - prompt_blocks;
             self.cache.reserve(s.reserved);
             let hit_tokens = n_hits * bs;
-            // A decode leg's other prompt tokens came from the prefill (external KV).
-            let external = if remote { s.prompt_len - hit_tokens } else { 0 };
+            // A decode leg's other prompt tokens came from the prefill (external KV); a
+            // shared-storage load covers its tokens beyond the local hits.
+            let external = match (remote, s.external) {
+                (true, _) => s.prompt_len - hit_tokens,
+                (false, Some(loaded)) => loaded.saturating_sub(hit_tokens),
+                (false, None) => 0,
+            };
             self.count_admission(m, s.prompt_len, hit_tokens, external);
+            if !remote && s.external.is_some() {
+                self.count_connector_lookup(m, s.prompt_len - hit_tokens, external);
+            }
             s.reported_cached = hit_tokens;
             if remote {
                 s.computed = s.prompt_len;
@@ -132,8 +140,10 @@ impl EngineState {
                 s.decode = true;
                 decoding += 1;
             } else {
-                s.computed = hit_tokens;
+                s.computed = hit_tokens + external;
                 s.registered = hit_tokens / bs;
+                // Loaded blocks enter the prefix cache as computed ones do.
+                s.register_blocks(&mut self.cache, bs);
                 s.chunk = (s.prompt_len - s.computed).min(budget);
                 budget -= s.chunk;
                 uncached += s.chunk;
@@ -171,6 +181,15 @@ impl EngineState {
         c.prompt_tokens_local_compute += computed as u64;
         c.prompt_tokens_local_cache_hit += hits as u64;
         c.prompt_tokens_external_kv_transfer += external as u64;
+    }
+
+    /// Counts one KV-connector lookup as vLLM's scheduler does (`connector_prefix_cache_stats`):
+    /// `queries` = prompt tokens not found locally, `hits` = tokens the connector loads.
+    fn count_connector_lookup(&mut self, m: &Metrics, queries: usize, hits: usize) {
+        m.external_prefix_queries.inc_by(queries as u64);
+        m.external_prefix_hits.inc_by(hits as u64);
+        self.counters.external_prefix_cache_queries += queries as u64;
+        self.counters.external_prefix_cache_hits += hits as u64;
     }
 
     /// Empties the prefix cache (`POST /reset_prefix_cache`); records `AllBlocksCleared`.

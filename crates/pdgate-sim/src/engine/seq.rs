@@ -73,6 +73,9 @@ pub struct Seq {
     /// `cached_tokens` to report: prompt tokens found in this engine's own cache (never the
     /// tokens of a remote prefill, as vLLM 0.32 reports a decode leg).
     pub(super) reported_cached: usize,
+    /// Leading prompt tokens a shared-storage KV connector loads at admission (beyond the
+    /// local hits); `None` = no connector lookup.
+    pub(super) external: Option<usize>,
 }
 
 impl Seq {
@@ -102,6 +105,7 @@ impl Seq {
             chunk: 0,
             decode: false,
             reported_cached: 0,
+            external: None,
         }
     }
 

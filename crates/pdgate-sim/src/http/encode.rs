@@ -6,7 +6,7 @@
 //! `encode_ms_per_item / speedup`, one item after the other across concurrent requests.
 
 use super::shape::{self, Shape};
-use super::{answer_pull, Worker};
+use super::{answer_pull, storage, Worker};
 use crate::ec_handoff::{self, EcFailure, EcPullRequest, EcRefusal, EcRejection};
 use crate::stats::tally;
 use crate::tokenizer;
@@ -38,7 +38,7 @@ pub(super) fn check_encode_leg(req: &InferenceRequest, items: &[MediaItem]) -> R
 }
 
 /// Waits until this worker's encoder has encoded `n` more items (FIFO across requests).
-async fn encode(w: &Worker, n: usize) {
+pub(super) async fn encode(w: &Worker, n: usize) {
     if n == 0 {
         return;
     }
@@ -51,18 +51,40 @@ async fn encode(w: &Worker, n: usize) {
     tokio::time::sleep_until(end).await;
 }
 
-/// An encode leg: encodes `items`, keeps each under an encoder lease, and answers a
-/// one-token chat completion with one `ec_transfer_params` entry per item, in order.
+/// An encode leg: encodes `items` and answers a one-token chat completion. Without an EC
+/// connector each item is kept under an encoder lease and the answer carries one
+/// `ec_transfer_params` entry per item, in order; with ECExampleConnector the items go to the
+/// shared storage and the answer carries none.
 pub(super) async fn encode_leg(
     w: &Worker,
     items: &[MediaItem],
     request_id: &str,
     seed: u64,
 ) -> Response {
+    let shape = Shape::new(ApiKind::ChatCompletions, request_id, &w.cfg.model, 1);
+    let usage = shape::usage(items.len(), 1, 0);
+    let mut body = shape.full(&tokenizer::output_text(seed, 1), &usage);
+    if let Some((store, role)) = &w.ec_storage {
+        // ECExampleConnector: the output goes to the shared storage; nothing on the wire.
+        storage::ec_encode_leg(w, store, *role, items).await;
+    } else {
+        body[EC_TRANSFER_PARAMS] = Value::Array(encode_to_leases(w, items).await);
+    }
+    w.engine.count(|c| {
+        c.chat_completions += 1;
+        c.prompt_tokens += items.len() as u64;
+        c.generation_tokens += 1;
+    });
+    Json(body).into_response()
+}
+
+/// Encodes `items`, keeps each under an encoder lease and returns their
+/// `ec_transfer_params` entries, in order.
+async fn encode_to_leases(w: &Worker, items: &[MediaItem]) -> Vec<Value> {
     encode(w, items.len()).await;
     let stored: Vec<(String, MediaKind)> = items.iter().map(|i| (i.hash.clone(), i.kind)).collect();
     let ids = w.engine.ec_store(&stored);
-    let entries: Vec<Value> = items
+    items
         .iter()
         .zip(ids)
         .map(|(item, lease_id)| {
@@ -76,26 +98,21 @@ pub(super) async fn encode_leg(
             };
             serde_json::to_value(entry).expect("entry serializes")
         })
-        .collect();
-    let shape = Shape::new(ApiKind::ChatCompletions, request_id, &w.cfg.model, 1);
-    let usage = shape::usage(items.len(), 1, 0);
-    let mut body = shape.full(&tokenizer::output_text(seed, 1), &usage);
-    body[EC_TRANSFER_PARAMS] = Value::Array(entries);
-    w.engine.count(|c| {
-        c.chat_completions += 1;
-        c.prompt_tokens += items.len() as u64;
-        c.generation_tokens += 1;
-    });
-    Json(body).into_response()
+        .collect()
 }
 
 /// Makes the encoder output of `items` available to a prefill or aggregated request: pulled
-/// from the encoders named in `ec_transfer_params` (free), else encoded here.
+/// from the encoders named in `ec_transfer_params` (free), else encoded here. With
+/// ECExampleConnector: loaded from the shared storage, else encoded here.
 pub(super) async fn resolve_media(
     w: &Worker,
     body: &RawObject,
     items: &[MediaItem],
 ) -> Result<(), EcFailure> {
+    if let Some((store, role)) = &w.ec_storage {
+        storage::ec_resolve(w, store, *role, items).await;
+        return Ok(());
+    }
     let params = body.get(EC_TRANSFER_PARAMS).filter(|v| !v.is_null());
     let n = items.len() as u64;
     let Some(params) = params else {

@@ -1,15 +1,18 @@
 //! `POST /v1/completions` and `POST /v1/chat/completions`: parse, inject failures, run the P/D
-//! handshake for decode legs, get the media's encoder output (pulled or encoded here; encode
-//! workers answer encode legs instead, see `encode.rs`), queue the request on the engine, and
-//! answer JSON or SSE.
+//! handshake for decode legs (NIXL), or the shared-storage KV lookup of every request
+//! (ExampleConnector, see `storage.rs`), get the media's encoder output (pulled, loaded or
+//! encoded here; encode workers answer encode legs instead, see `encode.rs`), queue the request
+//! on the engine, and answer JSON or SSE.
 
 use super::shape::{self, Shape, DONE};
+use super::storage::{self as kv_storage, KvPlan};
 use super::{encode, error, request_id, Worker};
 use crate::config::DEFAULT_MAX_TOKENS;
 use crate::cost;
 use crate::engine::{Finish, SeqEvent, SeqMode, SeqRequest, SubmitError};
 use crate::handoff::{self, HandoffFailure, PullTarget, Rejection};
 use crate::stats::tally;
+use crate::storage::KvRecord;
 use crate::tokenizer;
 use axum::body::Body;
 use axum::extract::State;
@@ -47,6 +50,8 @@ struct Outcome {
     seed: u64,
     max_tokens: usize,
     kv_params: Option<Value>,
+    /// A shared-storage KV record to write once the prompt is computed (first token).
+    store: Option<(String, KvRecord)>,
 }
 
 async fn infer(w: Arc<Worker>, kind: ApiKind, headers: HeaderMap, body: Bytes) -> Response {
@@ -69,7 +74,9 @@ async fn infer(w: Arc<Worker>, kind: ApiKind, headers: HeaderMap, body: Bytes) -
         let seed = tokenizer::output_seed(&tokenizer::prompt_tokens(&req.prompt));
         return encode::encode_leg(&w, &media, &request_id(&headers), seed).await;
     }
+    // ExampleConnector ignores kv_transfer_params, as vLLM's does.
     let params = match req.body.get("kv_transfer_params") {
+        _ if w.kv_storage.is_some() => None,
         None | Some(Value::Null) => None,
         Some(v) => match serde_json::from_value::<KvTransferParams>(v.clone()) {
             Ok(p) => Some(p),
@@ -87,6 +94,11 @@ async fn infer(w: Arc<Worker>, kind: ApiKind, headers: HeaderMap, body: Bytes) -
     let tokens = tokenizer::prompt_tokens(&req.prompt);
     let mut max_tokens = req.max_tokens.map_or(DEFAULT_MAX_TOKENS, |m| m as usize);
     let mut mode = SeqMode::Local;
+    let mut kv_plan = None;
+    if let Some(store) = &w.kv_storage {
+        let mm_hashes: Vec<String> = media.iter().map(|m| m.hash.clone()).collect();
+        kv_plan = Some(kv_storage::kv_lookup(&w, store, &tokens, &mm_hashes).await);
+    }
     match &params {
         Some(p) if p.do_remote_prefill => match remote_prefill(&w, p, &tokens).await {
             Ok(()) => mode = SeqMode::RemoteDecode,
@@ -98,8 +110,9 @@ async fn infer(w: Arc<Worker>, kind: ApiKind, headers: HeaderMap, body: Bytes) -
         }
         _ => {}
     }
-    // A decode leg's KV already holds the media: nothing to encode or pull.
-    if mode != SeqMode::RemoteDecode {
+    // A decode leg's KV, or KV loaded from the storage, already holds the media: nothing to
+    // encode or pull.
+    if mode != SeqMode::RemoteDecode && !kv_plan.as_ref().is_some_and(KvPlan::hit) {
         if let Err(f) = encode::resolve_media(&w, &req.body, &media).await {
             return error(f.status, f.message());
         }
@@ -108,6 +121,7 @@ async fn infer(w: Arc<Worker>, kind: ApiKind, headers: HeaderMap, body: Bytes) -
         tokens: tokens.clone(),
         max_tokens,
         mode,
+        external_tokens: kv_plan.as_ref().map(|p| p.loaded),
         arrived,
     }) {
         Ok(rx) => rx,
@@ -121,13 +135,18 @@ async fn infer(w: Arc<Worker>, kind: ApiKind, headers: HeaderMap, body: Bytes) -
         seed: tokenizer::output_seed(&tokens),
         max_tokens,
         kv_params: None,
+        store: kv_plan.as_mut().and_then(KvPlan::take_store),
     };
-    if req.stream {
+    let mut resp = if req.stream {
         let abort_after = rand::random_bool(w.cfg.abort_rate).then_some(max_tokens / 2);
         stream(w, rx, outcome, include_usage, abort_after)
     } else {
         full(w, rx, outcome).await
+    };
+    if let Some(p) = &kv_plan {
+        p.stamp(resp.headers_mut());
     }
+    resp
 }
 
 /// `--error-rate` (answers the injected error) and `--slow-start-ms` (waits).
@@ -211,6 +230,14 @@ impl Outcome {
         })
     }
 
+    /// Writes the pending shared-storage record, once (called at each token; the first one
+    /// means the prompt is computed).
+    async fn store_once(&mut self, w: &Worker) {
+        if let Some(s) = self.store.take() {
+            kv_storage::kv_store(w, s).await;
+        }
+    }
+
     fn count_success(&self, w: &Worker) {
         let kind = self.kind;
         w.engine.count(|c| match kind {
@@ -227,7 +254,7 @@ async fn full(
 ) -> Response {
     loop {
         match rx.recv().await {
-            Some(SeqEvent::Token) => {}
+            Some(SeqEvent::Token) => o.store_once(&w).await,
             Some(SeqEvent::Finished(fin)) => {
                 o.kv_params = o.kv_params(&w, &fin);
                 let text = tokenizer::output_text(o.seed, o.max_tokens);
@@ -246,7 +273,7 @@ async fn full(
 fn stream(
     w: Arc<Worker>,
     mut rx: mpsc::UnboundedReceiver<SeqEvent>,
-    o: Outcome,
+    mut o: Outcome,
     include_usage: bool,
     abort_after: Option<usize>,
 ) -> Response {
@@ -272,6 +299,7 @@ fn stream(
             };
             match ev {
                 SeqEvent::Token => {
+                    o.store_once(&w).await;
                     if abort_after == Some(sent) {
                         w.metrics.injected.with_label_values(&["abort"]).inc();
                         w.engine.count(|c| c.injected_aborts += 1);

@@ -7,6 +7,7 @@ mod encode;
 mod infer;
 mod render;
 pub mod shape;
+mod storage;
 
 use crate::config::{SimConfig, WorkerSpec};
 use crate::ec_handoff::EC_PULL_PATH;
@@ -15,6 +16,8 @@ use crate::handoff::{PullRequest, PULL_PATH};
 use crate::kv_events::config::KvEventSource;
 use crate::metrics::Metrics;
 use crate::pull::{Pull, PullRejection};
+use crate::storage::{SharedStorage, Writer};
+use crate::transfer_config::EcRole;
 use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
@@ -52,14 +55,21 @@ pub struct Worker {
     pub encoder_free_at: parking_lot::Mutex<tokio::time::Instant>,
     /// This worker's KV-event publisher, as `GET /kv_event_sources` lists it.
     pub kv_source: Option<KvEventSource>,
+    /// The KV shared storage (`ExampleConnector`); `None` = NIXL handoff.
+    pub kv_storage: Option<SharedStorage>,
+    /// The encoder-output shared storage (`ECExampleConnector`) and this worker's `ec_role`;
+    /// `None` = `ec_transfer_params` pulls.
+    pub ec_storage: Option<(SharedStorage, EcRole)>,
+    /// This worker as the writer of shared-storage records.
+    pub writer: Writer,
     name_header: HeaderValue,
     role_header: HeaderValue,
     revision_header: Option<HeaderValue>,
 }
 
 impl Worker {
-    /// Builds the shared state; errors when the role is unknown or the name or revision cannot
-    /// be a header value.
+    /// Builds the shared state; errors when the role is unknown, the name or revision cannot
+    /// be a header value, or a `shared_storage_path` cannot be created.
     pub fn new(
         spec: WorkerSpec,
         cfg: SimConfig,
@@ -74,7 +84,24 @@ impl Worker {
                 .map_err(|_| anyhow::anyhow!("worker {what} {v:?} is not a valid header value"))
         };
         let role = spec.role.parse::<Role>()?;
+        let kv_storage = cfg
+            .kv_shared_storage()
+            .map(SharedStorage::open)
+            .transpose()?;
+        let ec_storage = match &cfg.ec_transfer {
+            Some(ec) => Some((SharedStorage::open(&ec.shared_storage_path)?, ec.ec_role)),
+            None => None,
+        };
+        let writer = Writer {
+            model: cfg.model.clone(),
+            revision: spec.revision.clone(),
+            engine_id: engine.engine_id.clone(),
+            worker: spec.name.clone(),
+        };
         Ok(Worker {
+            kv_storage,
+            ec_storage,
+            writer,
             role,
             encoder_free_at: parking_lot::Mutex::new(tokio::time::Instant::now()),
             name_header: value("name", &spec.name)?,

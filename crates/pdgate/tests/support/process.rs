@@ -78,7 +78,7 @@ pub fn epp(args: &[&str], env: &[(&str, &str)]) -> Served {
 
 /// Starts the binary with `head` then `args`, and waits for the stderr line starting with
 /// `marker` (at most 30 s); `url` is the rest of that line.
-fn start(
+pub fn start(
     head: &[&str],
     args: &[&str],
     env: &[(&str, &str)],

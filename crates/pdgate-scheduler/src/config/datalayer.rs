@@ -1,0 +1,628 @@
+//! The `dataLayer` section of an EndpointPickerConfig: which data sources feed which
+//! extractors (llm-d-router `apix/config/v1alpha1` `DataLayerConfig`,
+//! `pkg/epp/config/loader/{configloader.go,defaults.go}`, `pkg/epp/datalayer/runtime.go`).
+//!
+//! ```yaml
+//! dataLayer:
+//!   injectDefaults: true          # false: no default metrics source (refused, see below)
+//!   sources:
+//!   - pluginRef: metrics-data-source
+//!     extractors:
+//!     - pluginRef: core-metrics-extractor
+//!   - pluginRef: endpoint-notification-source
+//!     extractors:
+//!     - pluginRef: precise-prefix-cache-producer
+//! ```
+//!
+//! Decoded strictly (unknown keys are errors, with their line). What it becomes is a
+//! [`DataLayer`]: the path, port and period of the engines' metrics scrape, the engine-type →
+//! metric-name mapping of its extractor, and the path and period of the model-list read.
+//!
+//! As in llm-d, when no source is a `metrics-data-source` (and `injectDefaults` is not
+//! `false`), a source `metrics-data-source` with extractor `core-metrics-extractor` is added,
+//! using the plugins of those names when the config declares them (else defaults).
+//!
+//! Checked at load, each problem reported with its line: every `pluginRef` names a declared
+//! plugin (a plugin that failed is not reported again); a source is a data source and its
+//! extractors fit it (a metrics source takes one `core-metrics-extractor`, a models source a
+//! `models-data-extractor`, an endpoint source the plugins of [`ENDPOINT_EXTRACTORS`]); no
+//! extractor type twice on one source (llm-d's rule); a plugin listed once as a source.
+//! Refused because pdgate cannot honour them: a second metrics or models source (pdgate keeps
+//! one set of gauges and one model list per endpoint), a metrics source without its extractor
+//! or `injectDefaults: false` without a metrics source (pdgate always reads engine load), a
+//! metrics source or extractor that no source entry uses (its parameters would not apply),
+//! `discovery` (pdgate discovers endpoints from its own flags), `peerDiscovery`,
+//! `crossReplicaSyncerPluginRef` and `crossReplicaSyncInterval` (pdgate replicas share no
+//! state).
+
+use super::lines;
+use super::loader::Loader;
+use crate::plugins::core_metrics_extractor::EngineMetrics;
+use crate::plugins::metrics_data_source::MetricsSource;
+use crate::plugins::models_data_source::ModelsSource;
+use serde::Deserialize;
+use serde_yaml_ng::Value;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Plugin types that take endpoint events (llm-d `EndpointExtractor`s): the only extractors an
+/// `endpoint-notification-source` accepts.
+pub const ENDPOINT_EXTRACTORS: &[&str] = &[
+    "topology-extractor",
+    "mm-embeddings-cache-producer",
+    "precise-prefix-cache-producer",
+];
+
+/// What a data-layer plugin is (the `data` extension point of a built plugin).
+#[derive(Debug, Clone)]
+pub enum DataPlugin {
+    /// `metrics-data-source`: where and how often engine metrics are read.
+    MetricsSource(MetricsSource),
+    /// `core-metrics-extractor`: which metric names give the gauges, per engine type.
+    MetricsExtractor(Arc<EngineMetrics>),
+    /// `models-data-source`: where and how often model lists are read.
+    ModelsSource(ModelsSource),
+    /// `models-data-extractor`.
+    ModelsExtractor,
+    /// `endpoint-notification-source`.
+    EndpointEvents,
+}
+
+impl DataPlugin {
+    fn is_source(&self) -> bool {
+        matches!(
+            self,
+            DataPlugin::MetricsSource(_) | DataPlugin::ModelsSource(_) | DataPlugin::EndpointEvents
+        )
+    }
+}
+
+/// The data layer as configured: what the engine scraper reads.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DataLayer {
+    /// The metrics scrape (path, port, period).
+    pub metrics: MetricsSource,
+    /// The engine-type → metric-names mapping of the metrics extractor.
+    pub engines: Arc<EngineMetrics>,
+    /// The model-list read (path, period).
+    pub models: ModelsSource,
+}
+
+impl DataLayer {
+    /// The metrics scrape period with `--scrape-interval` `base`
+    /// ([`MetricsSource::period`]).
+    pub fn metrics_period(&self, base: Duration) -> Duration {
+        self.metrics.period(base)
+    }
+
+    /// Every how many metrics scrapes the model list is re-read ([`ModelsSource::every`]),
+    /// with `--scrape-interval` `base` and pdgate's default cadence `default`.
+    pub fn models_every(&self, base: Duration, default: u32) -> u32 {
+        self.models.every(self.metrics_period(base), default)
+    }
+}
+
+#[derive(Deserialize)]
+struct TypedDoc {
+    #[serde(rename = "dataLayer")]
+    data_layer: Option<RawDataLayer>,
+}
+
+#[derive(Deserialize)]
+struct VerbatimDoc {
+    #[serde(rename = "dataLayer")]
+    data_layer: Option<Value>,
+}
+
+#[derive(Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct RawDataLayer {
+    inject_defaults: Option<bool>,
+    #[serde(default)]
+    sources: Vec<RawSource>,
+    discovery: Option<RawRef>,
+    peer_discovery: Option<RawRef>,
+    cross_replica_syncer_plugin_ref: Option<String>,
+    cross_replica_sync_interval: Option<Value>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct RawSource {
+    plugin_ref: String,
+    #[serde(default)]
+    extractors: Vec<RawRef>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct RawRef {
+    plugin_ref: String,
+}
+
+/// What a `pluginRef` names.
+enum Found<'b> {
+    /// A built plugin: its type and data extension point.
+    Built(&'b str, Option<&'b DataPlugin>),
+    /// A plugin whose failure was reported already.
+    Failed,
+    /// Nothing.
+    Missing,
+}
+
+/// Reads `dataLayer` and resolves it against the built plugins; records every problem (with
+/// its line) and returns `None` then. On success: the data layer and the section as written
+/// (for the effective config).
+pub(super) fn resolve(ld: &mut Loader<'_>) -> Option<(DataLayer, Option<Value>)> {
+    let yaml = ld.yaml;
+    let section = match serde_yaml_ng::from_str::<TypedDoc>(yaml) {
+        Ok(d) => d.data_layer.unwrap_or_default(),
+        Err(e) => {
+            let msg = e.to_string();
+            let msg = msg.rfind(" at line ").map_or(msg.as_str(), |i| &msg[..i]);
+            ld.report(e.location().map(|l| l.line()), None, msg.to_string());
+            return None;
+        }
+    };
+    let verbatim = serde_yaml_ng::from_str::<VerbatimDoc>(yaml)
+        .ok()
+        .and_then(|d| d.data_layer);
+    let all = 0..yaml.lines().count();
+    let line = |path: &str| lines::find_path(yaml, &all, path);
+    let mut errors: Vec<(Option<usize>, String)> = Vec::new();
+    let mut err =
+        |path: &str, message: String| errors.push((line(path), format!("{path}: {message}")));
+    let find = |name: &str| -> Found<'_> {
+        match ld.built.iter().find(|(n, _, _)| n == name) {
+            Some((_, t, b)) => Found::Built(t, b.data.as_ref()),
+            None if ld.failed.iter().any(|f| f == name) => Found::Failed,
+            None => Found::Missing,
+        }
+    };
+
+    // Fields pdgate cannot honour.
+    if let Some(d) = &section.discovery {
+        let field = "dataLayer.discovery.pluginRef";
+        match find(&d.plugin_ref) {
+            Found::Failed => {}
+            Found::Missing => err(field, format!("`{}` names no plugin", d.plugin_ref)),
+            Found::Built(t, _) => err(
+                field,
+                format!(
+                    "plugin `{}` (type `{t}`) is not an endpoint discovery plugin: pdgate finds \
+                     endpoints itself (--endpoint, --endpoints, --pool-name or --pod-selector)",
+                    d.plugin_ref
+                ),
+            ),
+        }
+    }
+    let no_shared_state = "not supported: pdgate replicas share no state";
+    if let Some(p) = &section.peer_discovery {
+        if !matches!(find(&p.plugin_ref), Found::Failed) {
+            err("dataLayer.peerDiscovery", no_shared_state.into());
+        }
+    }
+    let syncer_failed = match &section.cross_replica_syncer_plugin_ref {
+        Some(r) => {
+            let failed = matches!(find(r), Found::Failed);
+            if !failed {
+                err(
+                    "dataLayer.crossReplicaSyncerPluginRef",
+                    no_shared_state.into(),
+                );
+            }
+            failed
+        }
+        None => false,
+    };
+    if section.cross_replica_sync_interval.is_some() && !syncer_failed {
+        err("dataLayer.crossReplicaSyncInterval", no_shared_state.into());
+    }
+
+    // Sources and their extractors.
+    let mut referenced: Vec<&str> = Vec::new();
+    let mut metrics: Option<(MetricsSource, Option<Arc<EngineMetrics>>)> = None;
+    let mut models: Option<ModelsSource> = None;
+    let mut has_metrics_source = false;
+    for (i, s) in section.sources.iter().enumerate() {
+        let field = format!("dataLayer.sources[{i}].pluginRef");
+        let name = s.plugin_ref.as_str();
+        if referenced.contains(&name) {
+            err(&field, format!("plugin `{name}` is listed twice"));
+            continue;
+        }
+        referenced.push(name);
+        let kind = match find(name) {
+            Found::Failed => continue,
+            Found::Missing => {
+                err(&field, format!("`{name}` names no plugin"));
+                continue;
+            }
+            Found::Built(t, Some(k)) if k.is_source() => (t, k),
+            Found::Built(t, _) => {
+                err(
+                    &field,
+                    format!("plugin `{name}` (type `{t}`) is not a data source"),
+                );
+                continue;
+            }
+        };
+        let (source_type, source) = kind;
+        let mut seen_types: Vec<&str> = Vec::new();
+        let mut extractor: Option<Arc<EngineMetrics>> = None;
+        let mut extractor_failed = false;
+        for (j, e) in s.extractors.iter().enumerate() {
+            let efield = format!("dataLayer.sources[{i}].extractors[{j}].pluginRef");
+            let ename = e.plugin_ref.as_str();
+            referenced.push(ename);
+            let (etype, edata) = match find(ename) {
+                Found::Failed => {
+                    extractor_failed = true;
+                    continue;
+                }
+                Found::Missing => {
+                    err(&efield, format!("`{ename}` names no plugin"));
+                    extractor_failed = true;
+                    continue;
+                }
+                Found::Built(t, d) => (t, d),
+            };
+            if seen_types.contains(&etype) {
+                err(
+                    &efield,
+                    format!("a second extractor of type `{etype}` on source `{name}`"),
+                );
+                continue;
+            }
+            seen_types.push(etype);
+            let fits = match (source, edata) {
+                (DataPlugin::MetricsSource(_), Some(DataPlugin::MetricsExtractor(m))) => {
+                    extractor = Some(m.clone());
+                    true
+                }
+                (DataPlugin::ModelsSource(_), Some(DataPlugin::ModelsExtractor)) => true,
+                (DataPlugin::EndpointEvents, _) => ENDPOINT_EXTRACTORS.contains(&etype),
+                _ => false,
+            };
+            if !fits {
+                let takes = match source {
+                    DataPlugin::MetricsSource(_) => "a `core-metrics-extractor`".to_string(),
+                    DataPlugin::ModelsSource(_) => "a `models-data-extractor`".to_string(),
+                    _ => format!("one of `{}`", ENDPOINT_EXTRACTORS.join("`, `")),
+                };
+                err(
+                    &efield,
+                    format!(
+                        "plugin `{ename}` (type `{etype}`) cannot extract from `{name}` (type \
+                         `{source_type}`, which takes {takes})"
+                    ),
+                );
+                extractor_failed = true;
+            }
+        }
+        match source {
+            DataPlugin::MetricsSource(m) => {
+                has_metrics_source = true;
+                if metrics.is_some() {
+                    err(
+                        &field,
+                        format!(
+                            "a second metrics-data-source (`{name}`): pdgate keeps one set of \
+                             engine gauges per endpoint, read from one metrics source"
+                        ),
+                    );
+                } else if extractor.is_none() && !extractor_failed {
+                    err(
+                        &format!("dataLayer.sources[{i}]"),
+                        format!(
+                            "metrics-data-source `{name}` has no core-metrics-extractor: pdgate \
+                             reads the engine gauges from every metrics scrape"
+                        ),
+                    );
+                }
+                metrics.get_or_insert((m.clone(), extractor));
+            }
+            DataPlugin::ModelsSource(m) => {
+                if models.is_some() {
+                    err(
+                        &field,
+                        format!(
+                            "a second models-data-source (`{name}`): pdgate keeps one model list \
+                             per endpoint"
+                        ),
+                    );
+                }
+                models.get_or_insert(m.clone());
+            }
+            _ => {}
+        }
+    }
+
+    // llm-d's default source, unless opted out.
+    if !has_metrics_source {
+        if section.inject_defaults == Some(false) {
+            err(
+                "dataLayer.injectDefaults",
+                "`false` leaves no metrics-data-source, and pdgate always reads engine load from \
+                 the engines' metrics: add a metrics-data-source source with a \
+                 core-metrics-extractor"
+                    .into(),
+            );
+        } else {
+            let source_name = crate::plugins::metrics_data_source::TYPE.name;
+            let extractor_name = crate::plugins::core_metrics_extractor::TYPE.name;
+            referenced.extend([source_name, extractor_name]);
+            let source = match find(source_name) {
+                Found::Built(_, Some(DataPlugin::MetricsSource(m))) => Some(m.clone()),
+                Found::Built(t, _) => {
+                    err(
+                        "dataLayer",
+                        format!(
+                            "the default metrics source is the plugin named `{source_name}`, \
+                             which is of type `{t}`"
+                        ),
+                    );
+                    None
+                }
+                _ => Some(MetricsSource::default()),
+            };
+            let engines = match find(extractor_name) {
+                Found::Built(_, Some(DataPlugin::MetricsExtractor(m))) => Some(m.clone()),
+                Found::Built(t, _) => {
+                    err(
+                        "dataLayer",
+                        format!(
+                            "the default metrics extractor is the plugin named \
+                             `{extractor_name}`, which is of type `{t}`"
+                        ),
+                    );
+                    None
+                }
+                _ => None,
+            };
+            metrics = source.map(|s| (s, engines));
+        }
+    }
+
+    // Metrics plugins no source uses: their parameters would not apply.
+    let mut unused = Vec::new();
+    for d in &ld.decls {
+        let Some((_, t, b)) = ld.built.iter().find(|(n, _, _)| *n == d.name) else {
+            continue;
+        };
+        let what = match b.data {
+            Some(DataPlugin::MetricsSource(_)) | Some(DataPlugin::ModelsSource(_)) => {
+                "no dataLayer.sources entry references it"
+            }
+            Some(DataPlugin::MetricsExtractor(_)) => "no dataLayer source lists it as an extractor",
+            _ => continue,
+        };
+        if !referenced.contains(&d.name.as_str()) && !d.quiet {
+            let line = d.item.as_ref().map(|r| r.start + 1);
+            unused.push((
+                line,
+                d.name.clone(),
+                t.clone(),
+                format!("not used: {what}, so its parameters would not apply"),
+            ));
+        }
+    }
+
+    let failed = !errors.is_empty() || !unused.is_empty();
+    for (line, message) in errors {
+        ld.report(line, None, message);
+    }
+    for (line, name, plugin_type, message) in unused {
+        let decl = ld
+            .decls
+            .iter()
+            .position(|d| d.name == name && d.plugin_type == plugin_type)
+            .expect("a declared plugin");
+        let e = ld.err(line, Some(&ld.decls[decl]), message);
+        ld.errors.push(e);
+    }
+    if failed {
+        return None;
+    }
+    let (metrics, engines) = metrics.unwrap_or_default();
+    Some((
+        DataLayer {
+            metrics,
+            engines: engines.unwrap_or_default(),
+            models: models.unwrap_or_default(),
+        },
+        verbatim,
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{load, load_all};
+    use crate::plugins::core_metrics_extractor::MetricSpec;
+
+    fn layer(yaml: &str) -> DataLayer {
+        match load(yaml, "t.yaml", &[]) {
+            Ok(l) => (*l.data_layer).clone(),
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    /// Every error as `line: message`.
+    fn errors(yaml: &str) -> Vec<String> {
+        match load_all(yaml, "t.yaml", &[]) {
+            Ok(_) => panic!("loaded"),
+            Err(e) => {
+                e.0.iter()
+                    .map(|e| format!("{}: {}", e.line.unwrap_or(0), e.message))
+                    .collect()
+            }
+        }
+    }
+
+    const SOURCES: &str = "plugins:\n\
+        - type: queue-scorer\n\
+        - name: scrape\n  type: metrics-data-source\n  parameters:\n    path: /engine/metrics\n    port: 9090\n\
+        - name: names\n  type: core-metrics-extractor\n  parameters:\n    defaultEngine: sglang\n\
+        - type: endpoint-notification-source\n\
+        - type: models-data-source\n  parameters:\n    path: /models\n\
+        - type: models-data-extractor\n\
+        dataLayer:\n  sources:\n  - pluginRef: scrape\n    extractors:\n    - pluginRef: names\n\
+        \x20 - pluginRef: endpoint-notification-source\n\
+        \x20 - pluginRef: models-data-source\n    extractors:\n    - pluginRef: models-data-extractor\n";
+
+    #[test]
+    fn sources_configure_the_scrape_and_reload_from_the_effective_config() {
+        let d = layer(SOURCES);
+        assert_eq!(d.metrics.path, "/engine/metrics");
+        assert_eq!(d.metrics.port, Some(9090));
+        assert_eq!(d.models.path, "/models");
+        let names = d.engines.for_labels(&Default::default());
+        assert_eq!(
+            names.queue,
+            Some(MetricSpec::named("sglang:num_queue_reqs"))
+        );
+        let effective = load(SOURCES, "t.yaml", &[]).unwrap().effective_yaml;
+        assert!(
+            effective.contains("dataLayer:\n  sources:\n  - pluginRef: scrape\n"),
+            "{effective}"
+        );
+        assert_eq!(layer(&effective), d);
+    }
+
+    #[test]
+    fn without_a_metrics_source_the_plugins_named_like_the_defaults_are_injected() {
+        assert_eq!(
+            layer("plugins:\n- type: queue-scorer\n"),
+            DataLayer::default()
+        );
+        let d = layer(
+            "plugins:\n- type: queue-scorer\n- type: metrics-data-source\n  parameters:\n    \
+             path: /m\n    interval: 1s\n",
+        );
+        assert_eq!(d.metrics.path, "/m");
+        assert_eq!(
+            d.metrics_period(Duration::from_millis(200)),
+            Duration::from_secs(1)
+        );
+        assert_eq!(*d.engines, EngineMetrics::default());
+        // An endpoint source alone still gets the default metrics source.
+        let d = layer(
+            "plugins:\n- type: queue-scorer\n- type: endpoint-notification-source\n\
+             dataLayer:\n  sources:\n  - pluginRef: endpoint-notification-source\n",
+        );
+        assert_eq!(d.metrics, MetricsSource::default());
+    }
+
+    #[test]
+    fn wiring_errors_name_the_field_and_line() {
+        let base = "plugins:\n- type: queue-scorer\n- type: metrics-data-source\n\
+                    - type: core-metrics-extractor\n- type: endpoint-notification-source\n";
+        // Unknown key: serde's message and line.
+        let e = errors(&format!(
+            "{base}dataLayer:\n  sources:\n  - pluginRef: metrics-data-source\n    extractor: []\n"
+        ));
+        assert_eq!(e.len(), 1, "{e:?}");
+        assert!(
+            e[0].starts_with("9: dataLayer.sources[0]: unknown field `extractor`"),
+            "{e:?}"
+        );
+        let e = errors(&format!(
+            "{base}dataLayer:\n  sources:\n  - pluginRef: metrics-data-source\n    extractors:\n    \
+             - pluginRef: nothing\n  - pluginRef: queue-scorer\n  \
+             - pluginRef: endpoint-notification-source\n    extractors:\n    \
+             - pluginRef: core-metrics-extractor\n"
+        ));
+        assert_eq!(
+            e,
+            [
+                "10: dataLayer.sources[0].extractors[0].pluginRef: `nothing` names no plugin",
+                "11: dataLayer.sources[1].pluginRef: plugin `queue-scorer` (type `queue-scorer`) \
+                 is not a data source",
+                "14: dataLayer.sources[2].extractors[0].pluginRef: plugin \
+                 `core-metrics-extractor` (type `core-metrics-extractor`) cannot extract from \
+                 `endpoint-notification-source` (type `endpoint-notification-source`, which takes \
+                 one of `topology-extractor`, `mm-embeddings-cache-producer`, \
+                 `precise-prefix-cache-producer`)",
+            ]
+        );
+    }
+
+    #[test]
+    fn what_pdgate_cannot_honour_is_refused_with_the_reason() {
+        let e = errors(
+            "plugins:\n- type: queue-scorer\n- type: metrics-data-source\n\
+             - {name: m2, type: metrics-data-source}\n- type: core-metrics-extractor\n\
+             dataLayer:\n  sources:\n  - pluginRef: metrics-data-source\n    extractors:\n    \
+             - pluginRef: core-metrics-extractor\n  - pluginRef: m2\n    extractors: []\n",
+        );
+        assert_eq!(
+            e,
+            [
+                "11: dataLayer.sources[1].pluginRef: a second metrics-data-source (`m2`): pdgate \
+              keeps one set of engine gauges per endpoint, read from one metrics source"
+            ]
+        );
+        let e = errors(
+            "plugins:\n- type: queue-scorer\n- type: metrics-data-source\ndataLayer:\n  \
+             sources:\n  - pluginRef: metrics-data-source\n",
+        );
+        assert_eq!(
+            e,
+            [
+                "6: dataLayer.sources[0]: metrics-data-source `metrics-data-source` has no \
+              core-metrics-extractor: pdgate reads the engine gauges from every metrics scrape"
+            ]
+        );
+        let e = errors("plugins:\n- type: queue-scorer\ndataLayer:\n  injectDefaults: false\n");
+        assert_eq!(e.len(), 1);
+        assert!(
+            e[0].starts_with("4: dataLayer.injectDefaults: `false` leaves no metrics-data-source"),
+            "{e:?}"
+        );
+        // A metrics source no entry uses: its parameters would be dropped.
+        let e = errors(
+            "plugins:\n- type: queue-scorer\n- name: mine\n  type: metrics-data-source\n  \
+             parameters: {path: /x}\n",
+        );
+        assert_eq!(
+            e,
+            [
+                "3: not used: no dataLayer.sources entry references it, so its parameters would \
+              not apply"
+            ]
+        );
+        let e = errors(
+            "plugins:\n- type: queue-scorer\ndataLayer:\n  discovery:\n    pluginRef: queue-scorer\n  \
+             crossReplicaSyncInterval: 1s\n",
+        );
+        assert_eq!(
+            e,
+            [
+                "5: dataLayer.discovery.pluginRef: plugin `queue-scorer` (type `queue-scorer`) is \
+                 not an endpoint discovery plugin: pdgate finds endpoints itself (--endpoint, \
+                 --endpoints, --pool-name or --pod-selector)",
+                "6: dataLayer.crossReplicaSyncInterval: not supported: pdgate replicas share no \
+                 state",
+            ]
+        );
+    }
+
+    #[test]
+    fn a_refused_source_is_reported_once_with_its_reason() {
+        let e = errors(
+            "plugins:\n- type: queue-scorer\n- name: gpu\n  type: dcgm-data-source\n\
+             - type: dcgm-extractor\ndataLayer:\n  sources:\n  - pluginRef: gpu\n    \
+             extractors:\n    - pluginRef: dcgm-extractor\n",
+        );
+        assert_eq!(
+            e,
+            [
+                "3: unsupported plugin type `dcgm-data-source` (reads NVIDIA DCGM hardware GPU \
+                 counters, which pdgate does not collect)",
+                "5: unsupported plugin type `dcgm-extractor` (extracts NVIDIA DCGM hardware GPU \
+                 counters, which pdgate does not collect)",
+            ]
+        );
+    }
+}

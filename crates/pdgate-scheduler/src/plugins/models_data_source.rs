@@ -1,0 +1,175 @@
+//! `models-data-source` — where and how often pdgate reads each engine's `/v1/models`.
+//!
+//! - **Type:** `models-data-source`
+//! - **Extension points:** data-layer polling source (`dataLayer.sources[].pluginRef`), feeding
+//!   a `models-data-extractor`.
+//! - **Parameters:**
+//!   - `scheme` (default [`DEFAULT_SCHEME`] `http`): only `http`; `https` is refused.
+//!   - `path` (default [`DEFAULT_PATH`] `/v1/models`): the URL path read; must start with `/`.
+//!   - `insecureSkipVerify` (default `true`), `caCertPath`, `clientCertPath`, `clientKeyPath`:
+//!     TLS settings, only used with `https`; accepted and without effect with `http`.
+//!   - `interval` (Go duration, default empty): how often the list is re-read, rounded to a
+//!     whole number of metrics scrapes (at least one).
+//! - **Inputs:** each endpoint's address.
+//! - **Outputs:** [`ModelsSource`]: the scraper reads `http://{address}{path}` (an OpenAI model
+//!   list, `{"data": [{"id": …}]}`) and stores the model objects per endpoint; pdgate schedules a
+//!   request only on endpoints serving its model, and its own `/v1/models` lists them.
+//! - **Limitations:**
+//!   - pdgate reads the model list with or without this source (it routes by model); the
+//!     source only changes the path and the period.
+//!   - The list is read right after a successful metrics scrape: without `interval` every 25th
+//!     scrape (and after an engine restart), not every tick as llm-d would.
+//!   - No `https`.
+//! - **Source:** llm-d-router `pkg/epp/framework/plugins/datalayer/source/models/datasource.go`.
+
+use crate::config::DataPlugin;
+use crate::plugins::metrics_data_source::check_http;
+use crate::registry::{decode, effective, BuildCtx, Built, PluginError, PluginType, Stage};
+use serde::{Deserialize, Serialize};
+use serde_yaml_ng::Value;
+use std::time::Duration;
+
+/// Registry entry.
+pub const TYPE: PluginType = PluginType {
+    name: "models-data-source",
+    stage: Stage::Producer,
+    build,
+};
+
+/// Default `scheme`.
+pub const DEFAULT_SCHEME: &str = "http";
+/// Default `path`.
+pub const DEFAULT_PATH: &str = "/v1/models";
+/// Default `insecureSkipVerify`.
+pub const DEFAULT_INSECURE_SKIP_VERIFY: bool = true;
+
+fn default_scheme() -> String {
+    DEFAULT_SCHEME.into()
+}
+
+fn default_path() -> String {
+    DEFAULT_PATH.into()
+}
+
+fn default_skip_verify() -> bool {
+    DEFAULT_INSECURE_SKIP_VERIFY
+}
+
+/// Parameters as written.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Params {
+    /// `http` (or `https`, refused).
+    #[serde(default = "default_scheme")]
+    pub scheme: String,
+    /// URL path.
+    #[serde(default = "default_path")]
+    pub path: String,
+    /// TLS: skip server verification (https only).
+    #[serde(default = "default_skip_verify")]
+    pub insecure_skip_verify: bool,
+    /// TLS: CA bundle (https only).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub ca_cert_path: String,
+    /// TLS: client certificate (https only).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub client_cert_path: String,
+    /// TLS: client key (https only).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub client_key_path: String,
+    /// Re-read period, a Go duration; empty = pdgate's own cadence.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub interval: String,
+}
+
+/// What a models source tells the scraper.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModelsSource {
+    /// URL path, e.g. `/v1/models`.
+    pub path: String,
+    /// Re-read period; `None` = pdgate's cadence.
+    pub interval: Option<Duration>,
+}
+
+impl Default for ModelsSource {
+    fn default() -> Self {
+        ModelsSource {
+            path: DEFAULT_PATH.into(),
+            interval: None,
+        }
+    }
+}
+
+impl ModelsSource {
+    /// Every how many metrics scrapes (of period `scrape`) the list is re-read: `default`
+    /// without an interval, else `interval / scrape` rounded, at least 1.
+    pub fn every(&self, scrape: Duration, default: u32) -> u32 {
+        match self.interval {
+            None => default.max(1),
+            Some(iv) => {
+                let n = (iv.as_secs_f64() / scrape.as_secs_f64().max(1e-9)).round();
+                n.clamp(1.0, u32::MAX as f64) as u32
+            }
+        }
+    }
+}
+
+fn build(params: Option<&Value>, _: &mut BuildCtx<'_>) -> Result<Built, PluginError> {
+    let p: Params = decode(params)?;
+    let interval = check_http(&p.scheme, &p.path, &p.interval)?;
+    let source = ModelsSource {
+        path: p.path.clone(),
+        interval,
+    };
+    Ok(Built {
+        data: Some(DataPlugin::ModelsSource(source)),
+        params: effective(&p),
+        ..Built::default()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn source(yaml: &str) -> Result<ModelsSource, PluginError> {
+        let v: Value = serde_yaml_ng::from_str(yaml).unwrap();
+        let mut ctx = BuildCtx {
+            built: &[],
+            profiles: &[],
+            next_slot: 0,
+        };
+        match build(Some(&v), &mut ctx)?.data {
+            Some(DataPlugin::ModelsSource(s)) => Ok(s),
+            _ => panic!("not a models source"),
+        }
+    }
+
+    #[test]
+    fn path_and_interval_in_scrapes() {
+        assert_eq!(source("{}").unwrap(), ModelsSource::default());
+        let s = source("path: /models\ninterval: 10s\n").unwrap();
+        assert_eq!(s.path, "/models");
+        let ms = Duration::from_millis;
+        // 10 s / 200 ms = 50 scrapes; 10 s / 3 s = 3.33 → 3; 10 s / 60 s → at least 1.
+        assert_eq!(s.every(ms(200), 25), 50);
+        assert_eq!(s.every(ms(3000), 25), 3);
+        assert_eq!(s.every(ms(60_000), 25), 1);
+        assert_eq!(ModelsSource::default().every(ms(200), 25), 25);
+    }
+
+    #[test]
+    fn bad_parameters_name_their_field() {
+        let e = source("scheme: https\n").unwrap_err();
+        assert_eq!(e.path.as_deref(), Some("scheme"));
+        let e = source("port: 80\n").unwrap_err();
+        assert_eq!(e.key.as_deref(), Some("port"));
+        assert!(
+            e.message.starts_with("unknown field `port`"),
+            "{}",
+            e.message
+        );
+        let e = source("interval: soon\n").unwrap_err();
+        assert_eq!(e.path.as_deref(), Some("interval"));
+    }
+}

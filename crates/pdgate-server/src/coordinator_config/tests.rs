@@ -1,0 +1,334 @@
+//! Unit tests of the coordinator file: llm-d's sample, every step and option working or
+//! refused, environment overrides, and the flags a file maps onto.
+
+use super::*;
+use clap::Parser;
+
+#[derive(Parser)]
+struct Cli {
+    #[command(flatten)]
+    serve: ServeArgs,
+}
+
+fn no_env(_: &str) -> Option<String> {
+    None
+}
+
+fn load(yaml: &str) -> Result<CoordinatorConfig, String> {
+    CoordinatorConfig::load(yaml, "coord.yaml", &no_env).map_err(|e| e.to_string())
+}
+
+const MINIMAL: &str = "gateway:\n  address: http://gw:8081\npipeline:\n  steps:\n  - type: prefill\n  - type: decode\n";
+
+#[test]
+fn llm_d_sample_is_read_and_its_unsupported_steps_are_named() {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../../shared/compat/llm-d/coordinator.yaml"
+    );
+    let text = std::fs::read_to_string(path).expect("../shared/compat/llm-d/coordinator.yaml");
+    let e = load(&text).unwrap_err();
+    // Every key parses; the first step pdgate does not run yet is named with its line.
+    let line = text
+        .lines()
+        .position(|l| l.trim() == "- type: replace-media-urls")
+        .unwrap()
+        + 1;
+    assert_eq!(
+        e.lines().next().unwrap(),
+        format!(
+            "coord.yaml: line {line}: pipeline.steps[0] (`replace-media-urls`): {}",
+            Step::parse("replace-media-urls", None)
+                .unwrap()
+                .refusal()
+                .unwrap()
+        )
+    );
+    // Without the two steps pdgate refuses, the sample loads as is.
+    let trimmed = cut_steps(&text, &["replace-media-urls", "render"]);
+    let c = load(&trimmed).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        c,
+        CoordinatorConfig {
+            log_level: 2,
+            host: "0.0.0.0".into(),
+            port: 8080,
+            read_timeout: Duration::from_secs(30),
+            write_timeout: Duration::from_secs(120),
+            shutdown_timeout: Duration::from_secs(25),
+            max_request_body_bytes: 64 << 20,
+            gateway: "inference-gateway:80".into(),
+            max_idle_per_host: 200,
+            idle_conn_timeout: Duration::from_secs(90),
+            gateway_timeout: Duration::from_secs(60),
+            kv_connector: KvConnector::SharedStorage,
+            conditional_decode: false,
+            encode_max_parallel: Some(8),
+            forward_response_headers: None,
+        }
+    );
+}
+
+/// `yaml` without the step entries (and their indented bodies) of the given types.
+fn cut_steps(yaml: &str, types: &[&str]) -> String {
+    let mut out = String::new();
+    let mut skipping: Option<usize> = None;
+    for l in yaml.lines() {
+        let indent = l.len() - l.trim_start().len();
+        let t = l.trim_start();
+        if let Some(i) = skipping {
+            if t.is_empty() || t.starts_with('#') || indent > i {
+                continue;
+            }
+            skipping = None;
+        }
+        if types.iter().any(|ty| t == format!("- type: {ty}")) {
+            skipping = Some(indent);
+            continue;
+        }
+        out.push_str(l);
+        out.push('\n');
+    }
+    out
+}
+
+#[test]
+fn a_file_sets_the_flags_it_stands_for() {
+    let yaml = "log_level: 4\nserver:\n  listen_addr: 127.0.0.1:9100\n  read_timeout: 5s\n  write_timeout: 1m30s\n  shutdown_timeout: 2s\n  max_request_body_size: 2\ngateway:\n  address: http://gw:8081\n  max_idle_conns_per_host: 7\n  idle_conn_timeout: 3s\n  timeout: 2500ms\npipeline:\n  kv_connector: kv-nixl\n  forward_response_headers: [x-a, x-b]\n  steps:\n  - type: conditional-decode\n  - type: prefill\n    params:\n      kv_connector: kv-nixl\n  - type: decode\n";
+    let c = load(yaml).unwrap();
+    assert_eq!(c.log_filter(), "debug");
+    let mut args = Cli::parse_from(["pdgate"]).serve;
+    c.apply(&mut args);
+    assert_eq!((args.host.as_str(), args.port), ("127.0.0.1", 9100));
+    assert_eq!(
+        (
+            args.client_limits.client_header_timeout_ms,
+            args.client_limits.client_body_timeout_ms
+        ),
+        (5000, 5000)
+    );
+    assert_eq!(args.resilience.leg_deadline_secs, 90);
+    assert_eq!(
+        args.resilience.stream_head_timeout_secs, 3,
+        "2.5 s rounds up"
+    );
+    assert_eq!(args.shutdown_grace_ms, 2000);
+    assert_eq!(args.max_body_bytes, 2 << 20);
+    assert_eq!(args.prefill_router.as_deref(), Some("gw:8081"));
+    assert_eq!(args.decode_router.as_deref(), Some("gw:8081"));
+    assert_eq!(args.encode_router, None);
+    assert_eq!(
+        (
+            args.upstream_max_idle_per_host,
+            args.upstream_idle_timeout_ms
+        ),
+        (7, 3000)
+    );
+    assert_eq!(args.kv_connector, KvConnector::Nixl);
+    assert!(args.conditional_decode);
+    assert_eq!(
+        args.forward_response_headers,
+        Some(vec!["x-a".to_string(), "x-b".to_string()])
+    );
+    // An empty list forwards nothing (the flag's `''`).
+    let c = load(&format!("{MINIMAL}  forward_response_headers: []\n")).unwrap();
+    let mut args = Cli::parse_from(["pdgate"]).serve;
+    c.apply(&mut args);
+    assert_eq!(args.forward_response_headers, Some(vec![String::new()]));
+}
+
+#[test]
+fn the_flags_a_file_replaces_cannot_be_given_with_it() {
+    let e = Cli::try_parse_from(["pdgate", "--coordinator-config", "c.yaml", "--port", "1"])
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(e.contains("cannot be used with"), "{e}");
+    assert!(Cli::try_parse_from(["pdgate", "--coordinator-config", "c.yaml"]).is_ok());
+}
+
+#[test]
+fn environment_overrides_the_file() {
+    let env = |k: &str| match k {
+        "COORDINATOR_SERVER_MAX_REQUEST_BODY_SIZE" => Some("3".to_string()),
+        "COORDINATOR_PIPELINE_KV_CONNECTOR" => Some("kv-nixl".to_string()),
+        "COORDINATOR_GATEWAY_TIMEOUT" => Some(String::new()), // empty: ignored
+        _ => None,
+    };
+    let c = CoordinatorConfig::load(MINIMAL, "coord.yaml", &env).unwrap();
+    assert_eq!(c.max_request_body_bytes, 3 << 20);
+    assert_eq!(c.kv_connector, KvConnector::Nixl);
+    assert_eq!(c.gateway_timeout, defaults::GATEWAY_TIMEOUT);
+    let bad = |k: &str| (k == "COORDINATOR_SERVER_READ_TIMEOUT").then(|| "30".to_string());
+    let e = CoordinatorConfig::load(MINIMAL, "coord.yaml", &bad)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.starts_with("coord.yaml: COORDINATOR_SERVER_READ_TIMEOUT (overrides `server.read_timeout`): duration `30`"),
+        "{e}"
+    );
+}
+
+#[test]
+fn every_refusal_names_its_key_and_line() {
+    let cases: &[(&str, &str)] = &[
+        (
+            "gateway:\n  adress: http://gw\n",
+            "coord.yaml: line 2: gateway: unknown field `adress`, expected one of `address`",
+        ),
+        (
+            "server:\n  read_timeout: 30\n",
+            "coord.yaml: line 2: server.read_timeout: expected a duration string such as `30s`, got the number `30`",
+        ),
+        ("pipeline:\n  steps:\n  - type: prefill\n  - type: decode\n", "coord.yaml: gateway: `gateway.address` is required"),
+        (
+            "gateway:\n  address: https://gw\npipeline:\n  steps:\n  - type: prefill\n  - type: decode\n",
+            "coord.yaml: line 2: gateway.address: `https://gw`: https gateways are not supported",
+        ),
+        (
+            "gateway:\n  address: http://gw\npipeline:\n  kv_connector: kv-sglang\n  steps:\n  - type: prefill\n  - type: decode\n",
+            "coord.yaml: line 4: pipeline.kv_connector: `kv-sglang` (SGLang's bootstrap protocol) is not supported",
+        ),
+        (
+            "gateway:\n  address: http://gw\npipeline:\n  use_openai_format: false\n  steps:\n  - type: prefill\n  - type: decode\n",
+            "coord.yaml: line 4: pipeline.use_openai_format: `false` (tokens-in",
+        ),
+        (
+            "gateway:\n  address: http://gw\npipeline:\n  steps:\n  - type: render\n    params:\n      address: http://r\n  - type: prefill\n  - type: decode\n",
+            "coord.yaml: line 5: pipeline.steps[0] (`render`): step `render` (tokenizing through a render service) is not supported",
+        ),
+        (
+            "gateway:\n  address: http://gw\npipeline:\n  steps:\n  - type: encode\n    params:\n      ec_connector: ec-nixl\n  - type: prefill\n  - type: decode\n",
+            "coord.yaml: line 5: pipeline.steps[0] (`encode`): ec_connector `ec-nixl` (llm-d's map of NIXL descriptors by mm_hash) is not supported",
+        ),
+        (
+            "gateway:\n  address: http://gw\npipeline:\n  kv_connector: kv-nixl\n  steps:\n  - type: prefill\n    params:\n      kv_connector: kv-shared-storage\n  - type: decode\n",
+            "coord.yaml: line 6: pipeline.steps[0] (`prefill`): kv_connector `kv-shared-storage` differs from the pipeline's `kv-nixl`",
+        ),
+        (
+            "gateway:\n  address: http://gw\npipeline:\n  steps:\n  - type: decode\n    params:\n      use_openai_format: false\n  - type: prefill\n",
+            "coord.yaml: line 8: pipeline.steps[1] (`prefill`): step `prefill` comes after `decode`",
+        ),
+        (
+            "gateway:\n  address: http://gw\npipeline:\n  steps:\n  - type: prefill\n  - type: decode\n    params:\n      use_openai_format: false\n",
+            "coord.yaml: line 6: pipeline.steps[1] (`decode`): `use_openai_format: false` (tokens-in legs) is not supported yet",
+        ),
+        (
+            "gateway:\n  address: http://gw\npipeline:\n  steps:\n  - type: prefill\n  - type: decode\n    params:\n      kv_conector: kv-nixl\n",
+            "coord.yaml: line 6: pipeline.steps[1]: unknown field `kv_conector`",
+        ),
+        (
+            "gateway:\n  address: http://gw\nserver:\n  max_request_body_size: -1\npipeline:\n  steps:\n  - type: prefill\n  - type: decode\n",
+            "coord.yaml: line 4: server.max_request_body_size: must be positive (MiB), got -1",
+        ),
+    ];
+    for (yaml, want) in cases {
+        let e = load(yaml).unwrap_err();
+        assert!(e.starts_with(want), "for\n{yaml}\ngot: {e}\nwant: {want}");
+    }
+}
+
+#[test]
+fn coordinator_files_are_told_from_endpoint_picker_configs() {
+    assert!(looks_like_coordinator_config(MINIMAL));
+    assert!(!looks_like_coordinator_config(
+        "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nplugins: []\n"
+    ));
+    assert!(!looks_like_coordinator_config("plugins: []\n"));
+}
+
+#[test]
+fn the_effective_file_loads_to_the_same_settings() {
+    let yaml = "server:\n  listen_addr: \"[::1]:9\"\ngateway:\n  address: http://gw:8081\npipeline:\n  forward_response_headers: [x-a]\n  steps:\n  - type: conditional-decode\n  - type: prefill\n  - type: decode\n";
+    let c = load(yaml).unwrap();
+    let again = load(&c.effective_yaml()).unwrap_or_else(|e| panic!("{e}\n{}", c.effective_yaml()));
+    assert_eq!(again, c);
+    assert!(c
+        .effective_yaml()
+        .contains("  kv_connector: kv-shared-storage\n"));
+}
+
+/// Regressions from the adversarial try (issue 13): each input that was accepted, misread or
+/// blamed on the wrong place.
+#[test]
+fn adversarial_inputs_are_refused_and_blamed_on_their_source() {
+    // `ec-nixl` and unknown connectors anywhere, even without an encode step.
+    for yaml in [
+        format!("{MINIMAL}  ec_connector: ec-nixl\n"),
+        MINIMAL.replace(
+            "  - type: decode\n",
+            "  - type: decode\n    params:\n      ec_connector: bogus\n",
+        ),
+    ] {
+        let e = load(&yaml).unwrap_err();
+        assert!(
+            e.contains("ec_connector `ec-nixl`") || e.contains("unknown ec_connector `bogus`"),
+            "{e}"
+        );
+    }
+    // A header name that is not one.
+    let e = load(&format!(
+        "{MINIMAL}  forward_response_headers: [\"x-a, x-b\"]\n"
+    ))
+    .unwrap_err();
+    assert!(e.contains("entry 0 `x-a, x-b` is not a header name"), "{e}");
+    // A value from the environment is blamed on its variable, not on the file's line.
+    let env = |k: &str| (k == "COORDINATOR_PIPELINE_KV_CONNECTOR").then(|| "kv-sglang".to_string());
+    let e = CoordinatorConfig::load(MINIMAL, "coord.yaml", &env)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.starts_with("coord.yaml: COORDINATOR_PIPELINE_KV_CONNECTOR (overrides `pipeline.kv_connector`): `kv-sglang`"),
+        "{e}"
+    );
+    // A misspelt step is one error, not also "no prefill step".
+    let e = load(&MINIMAL.replace("type: prefill", "type: prefil")).unwrap_err();
+    assert_eq!(e.lines().count(), 1, "{e}");
+    assert!(e.contains("unknown step type `prefil`"), "{e}");
+    // Encode fan-out within the flag's range.
+    let e = load(&MINIMAL.replace(
+        "  - type: prefill\n",
+        "  - type: encode\n    params:\n      max_parallel: 100000\n  - type: prefill\n",
+    ))
+    .unwrap_err();
+    assert!(
+        e.contains("max_parallel must be at most 4096, got 100000"),
+        "{e}"
+    );
+    // Internal type names stay out of messages.
+    let e = load("- a\n").unwrap_err();
+    assert!(
+        !e.contains("RawFile") && e.contains("a coordinator config"),
+        "{e}"
+    );
+}
+
+#[test]
+fn zero_timeouts_mean_none_as_in_go() {
+    let c = load(&format!(
+        "server:\n  read_timeout: 0s\n  write_timeout: \"0\"\n{}",
+        MINIMAL.replace(
+            "gateway:\n  address: http://gw:8081\n",
+            "gateway:\n  address: http://gw:8081\n  timeout: 0s\n"
+        )
+    ))
+    .unwrap();
+    let mut args = Cli::parse_from(["pdgate"]).serve;
+    c.apply(&mut args);
+    let year = crate::resilience_args::MAX_TIMEOUT_SECS;
+    assert_eq!(args.client_limits.client_body_timeout_ms, year * 1000);
+    assert_eq!(args.resilience.leg_deadline_secs, year);
+    assert_eq!(args.resilience.stream_head_timeout_secs, year);
+}
+
+#[test]
+fn broken_coordinator_files_are_still_told_apart() {
+    // YAML that does not parse (a duplicate key, a tab) is still a coordinator file.
+    assert!(looks_like_coordinator_config(
+        "gateway:\n  address: x\ngateway:\n  address: y\n"
+    ));
+    assert!(looks_like_coordinator_config("log_level: 3\n"));
+    assert!(!looks_like_coordinator_config(""));
+    let e = load("gateway:\n  address: http://a\ngateway:\n  address: http://b\n").unwrap_err();
+    assert!(e.contains("duplicate"), "{e}");
+}
