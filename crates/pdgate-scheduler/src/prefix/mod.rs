@@ -7,6 +7,7 @@
 //! bytes/token estimate for text prompts) and `precise-prefix-cache-producer`.
 
 mod bisect;
+pub mod burst;
 mod hash;
 mod index;
 mod passthrough;
