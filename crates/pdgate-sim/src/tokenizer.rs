@@ -58,6 +58,40 @@ const WORDS: &[&str] = &[
     "output",
 ];
 
+/// Most words [`remember_words`] keeps for [`word_of`].
+pub const REMEMBERED_WORDS: usize = 65_536;
+
+fn remembered() -> &'static std::sync::Mutex<lru::LruCache<u32, Box<str>>> {
+    static SEEN: std::sync::OnceLock<std::sync::Mutex<lru::LruCache<u32, Box<str>>>> =
+        std::sync::OnceLock::new();
+    SEEN.get_or_init(|| {
+        let cap = std::num::NonZeroUsize::new(REMEMBERED_WORDS).expect("non-zero");
+        std::sync::Mutex::new(lru::LruCache::new(cap))
+    })
+}
+
+/// Keeps the words of `text` so that [`word_of`] can give them back (`/tokenize` calls it;
+/// the request path does not, it would cost a lock per word).
+pub fn remember_words(text: &str) {
+    let mut seen = remembered().lock().unwrap_or_else(|e| e.into_inner());
+    for w in text.split_whitespace() {
+        seen.put(tokenize(w)[0], w.into());
+    }
+}
+
+/// The word of token `id`: an output-vocabulary word, a word [`remember_words`] kept, else
+/// `<tok_ID>` (ids are hashes of words and cannot be inverted).
+pub fn word_of(id: u32) -> String {
+    if let Some(w) = WORDS.iter().find(|w| tokenize(w)[0] == id) {
+        return (*w).to_string();
+    }
+    let mut seen = remembered().lock().unwrap_or_else(|e| e.into_inner());
+    match seen.get(&id) {
+        Some(w) => w.to_string(),
+        None => format!("<tok_{id}>"),
+    }
+}
+
 /// Seed of a request's output text: the same prompt gives the same words.
 pub fn output_seed(tokens: &[u32]) -> u64 {
     let mut bytes = Vec::with_capacity(tokens.len() * 4);

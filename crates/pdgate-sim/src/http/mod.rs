@@ -8,6 +8,7 @@ mod infer;
 mod render;
 pub mod shape;
 mod storage;
+mod tokenize;
 
 use crate::config::{SimConfig, WorkerSpec};
 use crate::ec_handoff::EC_PULL_PATH;
@@ -135,6 +136,8 @@ pub fn router(worker: Arc<Worker>) -> Router {
             "/v1/chat/completions/render",
             post(render::chat_completions),
         )
+        .route("/tokenize", post(tokenize::tokenize))
+        .route("/detokenize", post(tokenize::detokenize))
         .route("/reset_prefix_cache", post(reset_prefix_cache))
         .route("/kv_event_sources", get(kv_event_sources))
         .route("/v1/models", get(models))
