@@ -251,3 +251,97 @@ async fn a_coordinator_drains_its_running_streams_on_sigterm() {
     .unwrap();
     assert_eq!(code, Some(0));
 }
+
+/// The `encode` step with `ec-shared-storage` (llm-d's default): the coordinator sends one
+/// encode leg per image through the gateway, the encoder writes its output under the image's
+/// mm_hash, the prefill engine loads it from there (nothing on the wire), and the decode
+/// engine loads the prefill's KV. Assertions on the three engines' own counters.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_encode_step_hands_its_output_over_the_shared_storage() {
+    let dir = SharedDir::new();
+    let extra = json!({"shared_storage_path": dir.0.to_str().unwrap()});
+    let ec = |role: &str| {
+        pdgate_sim::transfer_config::EcTransferConfig::parse(
+            &json!({"ec_connector": "ECExampleConnector", "ec_role": role,
+                    "ec_connector_extra_config": extra})
+            .to_string(),
+        )
+        .unwrap()
+    };
+    let kv = KvTransferConfig::parse(
+        &json!({"kv_connector": "ExampleConnector", "kv_role": "kv_both",
+                "kv_connector_extra_config": extra})
+        .to_string(),
+    )
+    .unwrap();
+    let cfg = |ec_role: &str, with_kv: bool| SimConfig {
+        ec_transfer: Some(ec(ec_role)),
+        kv_transfer: with_kv.then(|| kv.clone()),
+        ..support::sim_config(50.0)
+    };
+    let p = support::sim_worker(
+        member("prefill-0", "a", "prefill"),
+        cfg("ec_consumer", true),
+    )
+    .await;
+    let d = support::sim_worker(member("decode-0", "a", "decode"), cfg("ec_consumer", true)).await;
+    let e = support::sim_worker(member("encode-0", "a", "encode"), cfg("ec_producer", false)).await;
+    let gateway = support::router(endpoints([&p, &d, &e]), DEFAULT_CONFIG_YAML).await;
+    fleet::wait_for_models(&gateway).await;
+    let file = TempPath::write(
+        "coordinator.yaml",
+        &format!(
+            "server:\n  listen_addr: \"127.0.0.1:0\"\ngateway:\n  address: http://{}\npipeline:\n  kv_connector: kv-shared-storage\n  ec_connector: ec-shared-storage\n  steps:\n  - type: encode\n    params:\n      max_parallel: 2\n  - type: prefill\n  - type: decode\n",
+            gateway.addr
+        ),
+    );
+    let path = file.path().to_str().unwrap().to_string();
+    let coordinator = process::start(
+        &["serve"],
+        &["--coordinator-config", &path],
+        &[],
+        vec![file],
+        "pdgate serve listening on ",
+    );
+    let url = coordinator
+        .url
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_string();
+    // 40 words: past one 16-token block, so the prefill engine stores KV for decode.
+    let question = "what differs between these pictures ".repeat(8);
+    let body = json!({"model": "pdgate-sim", "max_tokens": 4, "messages": [{"role": "user", "content": [
+        {"type": "text", "text": question},
+        {"type": "image_url", "image_url": {"url": "https://example.com/img-1.png"}}]}]});
+    let r = reqwest::Client::new()
+        .post(format!("{url}/v1/chat/completions"))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    let status = r.status();
+    let text = r.text().await.unwrap();
+    assert_eq!(status, 200, "{text}");
+    let (es, ps, ds) = (e.stats(), p.stats(), d.stats());
+    assert_eq!(
+        (es.encode_items, es.ec_storage_stores),
+        (1, 1),
+        "the encoder stored its output"
+    );
+    assert_eq!(
+        (
+            ps.remote_encoded_items,
+            ps.local_encoded_items,
+            ps.ec_storage_lookups.get("hit")
+        ),
+        (1, 0, Some(&1)),
+        "the prefill engine loaded the image by its mm_hash"
+    );
+    assert_eq!(ps.kv_storage_stores, 1);
+    assert_eq!(
+        ds.kv_storage_lookups.get("hit"),
+        Some(&1),
+        "the decode engine loaded the KV"
+    );
+}
