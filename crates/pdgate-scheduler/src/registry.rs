@@ -201,6 +201,7 @@ pub static PLUGIN_TYPES: &[PluginType] = &[
     plugins::rollout::TYPE,
     plugins::token_producer::TYPE,
     plugins::token_producer::LEGACY_TYPE,
+    plugins::openai_parser::TYPE,
     plugins::data_parallel_profile_handler::TYPE,
     plugins::always_disagg_multimodal_decider::TYPE,
     plugins::mm_embeddings_cache_producer::TYPE,
@@ -355,10 +356,6 @@ pub static REFUSED: &[(&str, &str)] = &[
     (
         "request-attribute-reporter",
         "not implemented: evaluates CEL over token usage into Envoy dynamic metadata",
-    ),
-    (
-        "openai-parser",
-        "request parsing is built in: pdgate reads OpenAI `/v1/completions` and `/v1/chat/completions` requests itself",
     ),
     (
         "passthrough-parser",

@@ -27,6 +27,7 @@ pub mod mm_embeddings_cache_scorer;
 pub mod models_data_extractor;
 pub mod models_data_source;
 pub mod no_hit_lru_scorer;
+pub mod openai_parser;
 pub mod precise_prefix_cache_producer;
 pub mod prefill_filter;
 pub mod prefix_based_pd_decider;
