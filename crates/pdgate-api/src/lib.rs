@@ -4,6 +4,7 @@
 //! the OpenAI request view that the router and the simulator both parse bodies into, the
 //! `kv_transfer_params` object of the vLLM NIXL connector, and the OpenAI error body.
 
+pub mod api_kind;
 pub mod error;
 pub mod headers;
 pub mod hints;
@@ -14,15 +15,17 @@ pub mod media;
 pub mod openai;
 pub mod phase;
 pub mod prefer;
+pub mod prompts;
 pub mod raw_object;
 pub mod role;
 pub mod spells;
 pub mod sse;
 pub mod usage_reader;
 
+pub use api_kind::{ApiKind, SseForm};
 pub use error::{ErrorBody, ErrorDetail};
 pub use kv::KvTransferParams;
-pub use openai::{ApiKind, InferenceRequest, PromptInput, RequestError, Usage};
+pub use openai::{InferenceRequest, PromptInput, RequestError, Usage};
 pub use phase::Phase;
 pub use raw_object::RawObject;
 pub use role::Role;

@@ -4,6 +4,7 @@
 //! whole JSON object kept verbatim in [`InferenceRequest::body`] so phase bodies can be derived
 //! from it and unknown fields pass through.
 
+use crate::prompts;
 use crate::raw_object::{RawObject, RawObjectError};
 use bytes::Bytes;
 use serde::de::{self, SeqAccess, Visitor};
@@ -12,24 +13,7 @@ use serde_json::value::RawValue;
 use std::borrow::Cow;
 use std::fmt;
 
-/// Which OpenAI API a request came in on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum ApiKind {
-    /// `POST /v1/completions`
-    Completions,
-    /// `POST /v1/chat/completions`
-    ChatCompletions,
-}
-
-impl ApiKind {
-    /// The request path.
-    pub fn path(self) -> &'static str {
-        match self {
-            ApiKind::Completions => "/v1/completions",
-            ApiKind::ChatCompletions => "/v1/chat/completions",
-        }
-    }
-}
+pub use crate::api_kind::ApiKind;
 
 /// The prompt, as routing and prefix hashing see it.
 #[derive(Debug, Clone, PartialEq)]
@@ -91,22 +75,23 @@ pub enum RequestError {
 pub struct InferenceRequest {
     /// API the request came in on.
     pub kind: ApiKind,
-    /// `model`.
+    /// `model`; empty when the body names none, which only the APIs whose model is optional
+    /// allow ([`ApiKind::requires_model`]: the engine then serves its own model).
     pub model: String,
-    /// `stream` (default false).
+    /// `stream` (default false; always false on APIs that cannot stream).
     pub stream: bool,
-    /// `prompt` (completions) or the flattened `messages` (chat).
+    /// The prompt: `prompt` (completions), the flattened `messages` (chat), or as
+    /// [`crate::prompts`] reads the other APIs.
     pub prompt: PromptInput,
-    /// `max_completion_tokens`, else `max_tokens`, when given.
+    /// The output token limit when given: `max_completion_tokens`, else `max_tokens` (chat,
+    /// completions, messages); `max_output_tokens` (responses); `sampling_params.max_tokens`
+    /// (generate); never for embeddings, tokenize and detokenize.
     pub max_tokens: Option<u32>,
-    /// `n` (default 1).
+    /// `n` (default 1; completions and chat only).
     pub n: u32,
     /// The whole body: its bytes and the span of each top-level field ([`RawObject`]: no tree).
     pub body: RawObject,
 }
-
-/// Token-limit fields (design.md §5.2): set to 1 on the prefill leg.
-pub const TOKEN_LIMIT_FIELDS: &[&str] = &["max_tokens", "max_completion_tokens"];
 
 impl InferenceRequest {
     /// Parses a request body for `kind` (a copy of `bytes`; see [`Self::from_bytes`]).
@@ -131,6 +116,7 @@ impl InferenceRequest {
             RawObjectError::TooManyFields => RequestError::TooManyFields,
         })?;
         let model = match body.raw("model") {
+            None | Some("null") if !kind.requires_model() => String::new(),
             None | Some("null") => return Err(RequestError::MissingField("model")),
             Some(raw) => unescaped_string(raw)
                 .map(str::to_string)
@@ -142,6 +128,7 @@ impl InferenceRequest {
                 })?,
         };
         let stream = match body.raw("stream") {
+            _ if !kind.can_stream() => false,
             None | Some("null") | Some("false") => false,
             Some("true") => true,
             Some(_) => {
@@ -151,14 +138,11 @@ impl InferenceRequest {
                 })
             }
         };
-        let max_tokens = match (
-            opt_u32(&body, "max_completion_tokens")?,
-            opt_u32(&body, "max_tokens")?,
-        ) {
-            (Some(m), _) => Some(m),
-            (None, m) => m,
+        let max_tokens = max_tokens(kind, &body)?;
+        let n = match kind.has_choices() {
+            true => opt_u32(&body, "n")?.unwrap_or(1),
+            false => 1,
         };
-        let n = opt_u32(&body, "n")?.unwrap_or(1);
         if n == 0 {
             return Err(RequestError::InvalidField {
                 field: "n",
@@ -171,6 +155,12 @@ impl InferenceRequest {
                 Some(raw) => prompt_input(raw)?,
             },
             ApiKind::ChatCompletions => PromptInput::Text(flatten_messages(body.raw("messages"))?),
+            ApiKind::Messages => prompts::messages_prompt(&body)?,
+            ApiKind::Responses => prompts::responses_prompt(&body)?,
+            ApiKind::Embeddings => prompts::embeddings_prompt(&body)?,
+            ApiKind::Generate => prompts::generate_prompt(&body)?,
+            ApiKind::Tokenize => prompts::tokenize_prompt(&body)?,
+            ApiKind::Detokenize => prompts::detokenize_prompt(&body)?,
         };
         Ok(InferenceRequest {
             kind,
@@ -181,6 +171,38 @@ impl InferenceRequest {
             n,
             body,
         })
+    }
+}
+
+/// The output token limit of `kind` (see [`InferenceRequest::max_tokens`]).
+fn max_tokens(kind: ApiKind, body: &RawObject) -> Result<Option<u32>, RequestError> {
+    match kind {
+        ApiKind::Completions | ApiKind::ChatCompletions => Ok(
+            match (
+                opt_u32(body, "max_completion_tokens")?,
+                opt_u32(body, "max_tokens")?,
+            ) {
+                (Some(m), _) => Some(m),
+                (None, m) => m,
+            },
+        ),
+        ApiKind::Messages => opt_u32(body, "max_tokens"),
+        ApiKind::Responses => opt_u32(body, "max_output_tokens"),
+        ApiKind::Generate => match body.object("sampling_params") {
+            None => Err(RequestError::MissingField("sampling_params")),
+            Some(Err(_)) => Err(RequestError::InvalidField {
+                field: "sampling_params",
+                expected: "must be an object",
+            }),
+            Some(Ok(sp)) => opt_u32(&sp, "max_tokens").map_err(|e| match e {
+                RequestError::InvalidField { expected, .. } => RequestError::InvalidField {
+                    field: "sampling_params.max_tokens",
+                    expected,
+                },
+                e => e,
+            }),
+        },
+        ApiKind::Embeddings | ApiKind::Tokenize | ApiKind::Detokenize => Ok(None),
     }
 }
 
@@ -314,7 +336,8 @@ const BAD_MESSAGES: RequestError = RequestError::InvalidField {
     field: "messages",
     expected: "must be a non-empty array",
 };
-const BAD_ROLE: RequestError = RequestError::InvalidField {
+/// A message without a string `role` (chat and Anthropic messages alike).
+pub(crate) const BAD_ROLE: RequestError = RequestError::InvalidField {
     field: "messages.role",
     expected: "must be a string on every message",
 };
@@ -414,17 +437,25 @@ impl<'de: 'a, 'a> Deserialize<'de> for Scalar<'a> {
     }
 }
 
-/// `usage` of a completion response.
+/// `usage` of a completion response. Also read from the Anthropic and Responses forms
+/// (`input_tokens`, `output_tokens`, `input_tokens_details`), whose total may be absent.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Usage {
     /// Prompt length in tokens.
+    #[serde(alias = "input_tokens", default)]
     pub prompt_tokens: u32,
     /// Generated tokens.
+    #[serde(alias = "output_tokens", default)]
     pub completion_tokens: u32,
     /// prompt + completion.
+    #[serde(default)]
     pub total_tokens: u32,
     /// Cached prompt tokens (vLLM `prompt_tokens_details.cached_tokens`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        alias = "input_tokens_details",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
     pub prompt_tokens_details: Option<PromptTokensDetails>,
 }
 

@@ -10,9 +10,34 @@ use crate::sse::SseDecoder;
 /// through unread (its usage stays unknown).
 pub const MAX_JSON_BYTES: usize = 4 << 20;
 
+/// An answer or event with `usage` at the top (OpenAI, generate, Anthropic `message_delta`),
+/// in `message` (Anthropic `message_start`) or in `response` (Responses `response.completed`).
 #[derive(serde::Deserialize)]
 struct WithUsage {
     usage: Option<Usage>,
+    message: Option<Nested>,
+    response: Option<Nested>,
+}
+
+#[derive(serde::Deserialize)]
+struct Nested {
+    usage: Option<Usage>,
+}
+
+impl WithUsage {
+    fn usage(self) -> Option<Usage> {
+        let u = self
+            .usage
+            .or(self.message.and_then(|m| m.usage))
+            .or(self.response.and_then(|r| r.usage))?;
+        Some(Usage {
+            total_tokens: match u.total_tokens {
+                0 => u.prompt_tokens + u.completion_tokens,
+                t => t,
+            },
+            ..u
+        })
+    }
 }
 
 /// Reads `usage` from body chunks (see the module docs).
@@ -54,8 +79,17 @@ impl UsageReader {
 
     fn event(&mut self, data: &str) {
         if data.contains("\"usage\"") {
-            if let Ok(WithUsage { usage: Some(u) }) = serde_json::from_str(data) {
-                self.usage = Some(u);
+            if let Some(u) = serde_json::from_str(data).ok().and_then(WithUsage::usage) {
+                // Anthropic streams give the prompt at `message_start` and both counts at
+                // `message_delta`: a later event with a count wins, a zero keeps the earlier.
+                self.usage = Some(match self.usage.take() {
+                    Some(old) if u.prompt_tokens == 0 => Usage {
+                        prompt_tokens: old.prompt_tokens,
+                        total_tokens: old.prompt_tokens + u.completion_tokens,
+                        ..u
+                    },
+                    _ => u,
+                });
             }
         }
     }
@@ -69,7 +103,10 @@ impl UsageReader {
                 }
             }
             None if !self.too_large => {
-                if let Ok(WithUsage { usage: Some(u) }) = serde_json::from_slice(&self.json) {
+                if let Some(u) = serde_json::from_slice(&self.json)
+                    .ok()
+                    .and_then(WithUsage::usage)
+                {
                     self.usage = Some(u);
                 }
             }
@@ -101,5 +138,26 @@ mod tests {
         let mut r = UsageReader::new(false);
         r.push(b"{\"error\":{}}");
         assert_eq!(r.finish(), None);
+    }
+
+    #[test]
+    fn usage_from_anthropic_and_responses_streams() {
+        let anthropic = b"event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"x\",\"usage\":{\"input_tokens\":12,\"output_tokens\":0}}}\n\nevent: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\"},\"usage\":{\"output_tokens\":5}}\n\nevent: message_stop\ndata: {\"type\":\"message_stop\"}\n\n";
+        let mut r = UsageReader::new(true);
+        r.push(anthropic);
+        let u = r.finish().expect("usage");
+        assert_eq!(
+            (u.prompt_tokens, u.completion_tokens, u.total_tokens),
+            (12, 5, 17)
+        );
+        let responses = b"event: response.completed\ndata: {\"response\":{\"id\":\"r\",\"usage\":{\"input_tokens\":4,\"input_tokens_details\":{\"cached_tokens\":2},\"output_tokens\":3,\"total_tokens\":7}},\"sequence_number\":9,\"type\":\"response.completed\"}\n\n";
+        let mut r = UsageReader::new(true);
+        r.push(responses);
+        let u = r.finish().expect("usage");
+        assert_eq!(
+            (u.prompt_tokens, u.completion_tokens, u.total_tokens),
+            (4, 3, 7)
+        );
+        assert_eq!(u.prompt_tokens_details.unwrap().cached_tokens, 2);
     }
 }

@@ -75,10 +75,7 @@ struct RequestCounter<'a> {
 
 impl Drop for RequestCounter<'_> {
     fn drop(&mut self) {
-        let api = match self.api {
-            ApiKind::Completions => "completions",
-            ApiKind::ChatCompletions => "chat_completions",
-        };
+        let api = self.api.label();
         let status = self.status.as_ref().map_or("499", StatusCode::as_str);
         self.state.metrics.count_request(api, status);
     }

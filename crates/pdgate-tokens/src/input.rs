@@ -23,6 +23,11 @@ pub const CHAT_RENDER_FIELDS: &[&str] = &[
 ];
 
 /// The prompt of one request, as tokenization sees it (borrowed from the request).
+///
+/// Token-id prompts (completions, embeddings, generate, detokenize) pass through. Anthropic
+/// messages and responses are tokenized from their flattened text
+/// ([`pdgate_api::prompts`]), not through the chat template as the engine does, so their
+/// token ids approximate the engine's.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum PromptSource<'a> {
     /// A completions prompt that already is token ids: nothing to tokenize.
@@ -67,21 +72,38 @@ impl<'a> PromptSource<'a> {
             _ => default,
         };
         let json = |field: &str| req.body.raw(field).filter(|r| *r != "null");
-        match (req.kind, &req.prompt) {
-            (ApiKind::Completions, PromptInput::Tokens(ids)) => PromptSource::Tokens(ids),
-            (ApiKind::Completions, PromptInput::Text(text)) => PromptSource::Text {
-                text,
-                add_special_tokens: flag("add_special_tokens", true),
-            },
-            (ApiKind::ChatCompletions, _) => PromptSource::Chat(ChatSource {
+        let chat = |add_generation_prompt: bool| {
+            PromptSource::Chat(ChatSource {
                 messages: req.body.raw("messages").unwrap_or("[]"),
-                add_generation_prompt: flag("add_generation_prompt", true),
+                add_generation_prompt: flag("add_generation_prompt", add_generation_prompt),
                 continue_final_message: flag("continue_final_message", false),
                 add_special_tokens: flag("add_special_tokens", false),
                 chat_template_kwargs: json("chat_template_kwargs"),
                 tools: json("tools"),
                 documents: json("documents"),
-            }),
+            })
+        };
+        // Tokenize and embeddings take chat messages when they have no prompt/input (vLLM:
+        // the generation prompt is added by default for tokenize, not for embeddings).
+        let has_messages = json("messages").is_some();
+        match (req.kind, &req.prompt) {
+            (_, PromptInput::Tokens(ids)) => PromptSource::Tokens(ids),
+            (ApiKind::ChatCompletions, _) => chat(true),
+            (ApiKind::Tokenize, _) if has_messages && json("prompt").is_none() => chat(true),
+            (ApiKind::Embeddings, _) if has_messages && json("input").is_none() => chat(false),
+            (
+                ApiKind::Completions | ApiKind::Tokenize | ApiKind::Embeddings,
+                PromptInput::Text(text),
+            ) => PromptSource::Text {
+                text,
+                add_special_tokens: flag("add_special_tokens", true),
+            },
+            // Anthropic messages and responses: vLLM renders them through the chat template;
+            // pdgate tokenizes its flattened text (crate docs: an approximation).
+            (_, PromptInput::Text(text)) => PromptSource::Text {
+                text,
+                add_special_tokens: false,
+            },
         }
     }
 }

@@ -13,7 +13,7 @@
 //! fields ([`crate::input::COMPLETION_RENDER_FIELDS`], [`crate::input::CHAT_RENDER_FIELDS`])
 //! copied verbatim, so the engine renders exactly what it will serve.
 
-use crate::input::{CHAT_RENDER_FIELDS, COMPLETION_RENDER_FIELDS};
+use crate::input::{PromptSource, CHAT_RENDER_FIELDS, COMPLETION_RENDER_FIELDS};
 use pdgate_api::{ApiKind, InferenceRequest};
 use serde::Deserialize;
 use std::time::Duration;
@@ -84,39 +84,67 @@ impl VllmRenderer {
         }
     }
 
-    /// The render path and JSON body for `req`, with `model` as the model name.
+    /// The render path and JSON body for `req`, with `model` as the model name: chat
+    /// messages go to the chat render with their rendering fields verbatim; a completions
+    /// prompt with its fields verbatim; any other text (tokenize's prompt, embeddings' input,
+    /// the flattened text of messages and responses) as a completions prompt.
     pub fn request_body(req: &InferenceRequest, model: &str) -> (&'static str, String) {
-        let (path, prompt_field, fields) = match req.kind {
-            ApiKind::Completions => (COMPLETIONS_RENDER_PATH, "prompt", COMPLETION_RENDER_FIELDS),
-            ApiKind::ChatCompletions => (CHAT_RENDER_PATH, "messages", CHAT_RENDER_FIELDS),
-        };
         let model = serde_json::Value::from(model).to_string();
         let mut body = format!("{{\"model\":{model}");
-        for field in std::iter::once(&prompt_field).chain(fields) {
-            if let Some(raw) = req.body.raw(field) {
-                body.push_str(&format!(",\"{field}\":{raw}"));
+        let verbatim = |body: &mut String, fields: &[&str]| {
+            for field in fields {
+                if let Some(raw) = req.body.raw(field) {
+                    body.push_str(&format!(",\"{field}\":{raw}"));
+                }
             }
-        }
+        };
+        let path = match PromptSource::of(req) {
+            PromptSource::Chat(_) => {
+                verbatim(&mut body, &["messages"]);
+                verbatim(&mut body, CHAT_RENDER_FIELDS);
+                CHAT_RENDER_PATH
+            }
+            _ if req.kind == ApiKind::Completions => {
+                verbatim(&mut body, &["prompt"]);
+                verbatim(&mut body, COMPLETION_RENDER_FIELDS);
+                COMPLETIONS_RENDER_PATH
+            }
+            PromptSource::Text {
+                text,
+                add_special_tokens,
+            } => {
+                let prompt = serde_json::Value::from(text);
+                body.push_str(&format!(
+                    ",\"prompt\":{prompt},\"add_special_tokens\":{add_special_tokens}"
+                ));
+                COMPLETIONS_RENDER_PATH
+            }
+            PromptSource::Tokens(ids) => {
+                let prompt = serde_json::Value::from(ids);
+                body.push_str(&format!(",\"prompt\":{prompt}"));
+                COMPLETIONS_RENDER_PATH
+            }
+        };
         body.push('}');
         (path, body)
     }
 
-    /// Reads the token ids out of a render answer of `kind` (a list for completions, one
-    /// object for chat).
+    /// Reads the token ids out of a render answer from `path` (a list from the completions
+    /// render, one object from the chat render).
     ///
     /// Errors: [`RenderError::BadResponse`].
-    pub fn parse_response(kind: ApiKind, body: &[u8]) -> Result<Vec<u32>, RenderError> {
+    pub fn parse_response(path: &str, body: &[u8]) -> Result<Vec<u32>, RenderError> {
         let bad = |e: serde_json::Error| RenderError::BadResponse(e.to_string());
-        match kind {
-            ApiKind::Completions => serde_json::from_slice::<Vec<Rendered>>(body)
+        match path {
+            CHAT_RENDER_PATH => serde_json::from_slice::<Rendered>(body)
+                .map(|r| r.token_ids)
+                .map_err(bad),
+            _ => serde_json::from_slice::<Vec<Rendered>>(body)
                 .map_err(bad)?
                 .into_iter()
                 .next()
                 .map(|r| r.token_ids)
                 .ok_or_else(|| RenderError::BadResponse("empty list".into())),
-            ApiKind::ChatCompletions => serde_json::from_slice::<Rendered>(body)
-                .map(|r| r.token_ids)
-                .map_err(bad),
         }
     }
 
@@ -147,7 +175,7 @@ impl VllmRenderer {
             return Err(RenderError::BadResponse("answer too large".into()));
         }
         let bytes = resp.bytes().await.map_err(transport)?;
-        Self::parse_response(req.kind, &bytes)
+        Self::parse_response(path, &bytes)
     }
 }
 
@@ -196,20 +224,20 @@ mod tests {
     fn responses_list_for_completions_object_for_chat() {
         let list = br#"[{"request_id":"x","token_ids":[1,2,3],"sampling_params":{}}]"#;
         assert_eq!(
-            VllmRenderer::parse_response(ApiKind::Completions, list),
+            VllmRenderer::parse_response(COMPLETIONS_RENDER_PATH, list),
             Ok(vec![1, 2, 3])
         );
         let obj = br#"{"request_id":"x","token_ids":[9],"features":null}"#;
         assert_eq!(
-            VllmRenderer::parse_response(ApiKind::ChatCompletions, obj),
+            VllmRenderer::parse_response(CHAT_RENDER_PATH, obj),
             Ok(vec![9])
         );
         assert!(matches!(
-            VllmRenderer::parse_response(ApiKind::Completions, b"[]"),
+            VllmRenderer::parse_response(COMPLETIONS_RENDER_PATH, b"[]"),
             Err(RenderError::BadResponse(_))
         ));
         assert!(matches!(
-            VllmRenderer::parse_response(ApiKind::ChatCompletions, list),
+            VllmRenderer::parse_response(CHAT_RENDER_PATH, list),
             Err(RenderError::BadResponse(_))
         ));
     }

@@ -242,7 +242,7 @@ impl Outcome {
         let kind = self.kind;
         w.engine.count(|c| match kind {
             ApiKind::Completions => c.completions += 1,
-            ApiKind::ChatCompletions => c.chat_completions += 1,
+            _ => c.chat_completions += 1,
         });
     }
 }

@@ -90,7 +90,7 @@ fn render(
     });
     let prefix = match kind {
         ApiKind::Completions => "cmpl",
-        ApiKind::ChatCompletions => "chatcmpl",
+        _ => "chatcmpl",
     };
     Ok(json!({
         "request_id": format!("{prefix}-{}", request_id(headers)),

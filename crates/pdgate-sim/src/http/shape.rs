@@ -50,7 +50,7 @@ impl Shape {
     pub fn new(kind: ApiKind, request_id: &str, model: &str, n: u32) -> Self {
         let prefix = match kind {
             ApiKind::Completions => "cmpl",
-            ApiKind::ChatCompletions => "chatcmpl",
+            _ => "chatcmpl",
         };
         let created = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -68,7 +68,7 @@ impl Shape {
     fn chunk_object(&self) -> &'static str {
         match self.kind {
             ApiKind::Completions => "text_completion",
-            ApiKind::ChatCompletions => "chat.completion.chunk",
+            _ => "chat.completion.chunk",
         }
     }
 
@@ -97,7 +97,7 @@ impl Shape {
         let choices = (0..self.n)
             .map(|i| match self.kind {
                 ApiKind::Completions => json!({"index": i, "text": text, "logprobs": null, "finish_reason": finish, "stop_reason": null}),
-                ApiKind::ChatCompletions => json!({"index": i, "delta": {"content": text}, "logprobs": null, "finish_reason": finish, "stop_reason": null}),
+                _ => json!({"index": i, "delta": {"content": text}, "logprobs": null, "finish_reason": finish, "stop_reason": null}),
             })
             .collect();
         self.envelope(self.chunk_object(), choices)
@@ -115,12 +115,12 @@ impl Shape {
         let choices = (0..self.n)
             .map(|i| match self.kind {
                 ApiKind::Completions => json!({"index": i, "text": text, "logprobs": null, "finish_reason": "length", "stop_reason": null, "prompt_logprobs": null}),
-                ApiKind::ChatCompletions => json!({"index": i, "message": {"role": "assistant", "content": text, "tool_calls": []}, "logprobs": null, "finish_reason": "length", "stop_reason": null}),
+                _ => json!({"index": i, "message": {"role": "assistant", "content": text, "tool_calls": []}, "logprobs": null, "finish_reason": "length", "stop_reason": null}),
             })
             .collect();
         let object = match self.kind {
             ApiKind::Completions => "text_completion",
-            ApiKind::ChatCompletions => "chat.completion",
+            _ => "chat.completion",
         };
         let mut v = self.envelope(object, choices);
         v["usage"] = serde_json::to_value(usage).expect("usage serializes");
