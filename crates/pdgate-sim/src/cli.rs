@@ -112,6 +112,11 @@ pub struct SimArgs {
     /// loads by mm_hash; ec_transfer_params are ignored).
     #[arg(long, value_parser = parse_ec_transfer_config)]
     pub ec_transfer_config: Option<EcTransferConfig>,
+    /// Keep the exact bytes of the last N response bodies of the engine APIs (each at most
+    /// 1 MiB), by x-request-id, served at GET /debug/responses/{request_id}; 0 = off
+    /// [pdgate-sim extension].
+    #[arg(long, default_value_t = DEFAULT_RECORD_RESPONSES)]
+    pub record_responses: usize,
 }
 
 fn parse_kv_events_config(s: &str) -> Result<KvEventsConfig, String> {
@@ -152,6 +157,7 @@ impl SimArgs {
             kv_events_encoding: self.kv_events_encoding,
             kv_transfer: self.kv_transfer_config.clone(),
             ec_transfer: self.ec_transfer_config.clone(),
+            record_responses: self.record_responses,
         }
     }
 

@@ -39,6 +39,8 @@ pub const DEFAULT_ABORT_RATE: f64 = 0.0;
 pub const DEFAULT_SLOW_START_MS: u64 = 0;
 /// Encoder cost of one media item (image, audio or video), in simulated milliseconds.
 pub const DEFAULT_ENCODE_MS_PER_ITEM: f64 = 20.0;
+/// Response bodies kept for `GET /debug/responses/{request_id}` (0 = off).
+pub const DEFAULT_RECORD_RESPONSES: usize = 0;
 /// Output length when a request names none (vLLM's completions default).
 pub const DEFAULT_MAX_TOKENS: usize = 16;
 
@@ -92,6 +94,9 @@ pub struct SimConfig {
     /// vLLM's `--ec-transfer-config`; `None` = encoder output handed over by
     /// `ec_transfer_params` pulls.
     pub ec_transfer: Option<EcTransferConfig>,
+    /// Response bodies the response recorder keeps, each at most 1 MiB (0 = off;
+    /// pdgate-sim extension, see `http::recorder`).
+    pub record_responses: usize,
 }
 
 impl Default for SimConfig {
@@ -119,6 +124,7 @@ impl Default for SimConfig {
             kv_events_encoding: KvEventEncoding::Tagged,
             kv_transfer: None,
             ec_transfer: None,
+            record_responses: DEFAULT_RECORD_RESPONSES,
         }
     }
 }

@@ -78,6 +78,9 @@ pub struct Metrics {
     pub ec_storage_lookups: IntCounterVec,
     /// `pdgate_sim_ec_storage_stores_total{result}`: encoder-output records written.
     pub ec_storage_stores: IntCounterVec,
+    /// `pdgate_sim_requests_total{api,leg}`: requests answered 200 by API label
+    /// (`ApiKind::label`) and leg (`aggregated`, `prefill`, `decode`).
+    pub requests: IntCounterVec,
 }
 
 impl Metrics {
@@ -259,6 +262,14 @@ impl Metrics {
                 &["result"],
             )
             .expect("valid metric"),
+            requests: IntCounterVec::new(
+                opts(
+                    "pdgate_sim_requests_total",
+                    "Requests answered 200, by API and leg (aggregated, prefill, decode).",
+                ),
+                &["api", "leg"],
+            )
+            .expect("valid metric"),
             start_time: Gauge::new(
                 "process_start_time_seconds",
                 "Start time of the process since unix epoch in seconds.",
@@ -310,6 +321,7 @@ impl Metrics {
             Box::new(m.ec_leases.clone()),
             Box::new(m.mm_items.clone()),
             Box::new(m.start_time.clone()),
+            Box::new(m.requests.clone()),
         ];
         for c in collectors {
             r.register(c).expect("metric registered once");

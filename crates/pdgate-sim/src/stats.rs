@@ -11,6 +11,20 @@ pub struct WorkerStats {
     pub completions: u64,
     /// Requests answered 200 on `/v1/chat/completions`.
     pub chat_completions: u64,
+    /// Requests answered 200 on `/v1/messages`.
+    pub messages: u64,
+    /// Requests answered 200 on `/v1/responses`.
+    pub responses: u64,
+    /// Requests answered 200 on `/v1/embeddings` (one per request, whatever its batch).
+    pub embeddings: u64,
+    /// Requests answered 200 on `/inference/v1/generate`.
+    pub generate: u64,
+    /// Answered prefill legs by API label (`completions`, `chat_completions`, `messages`,
+    /// `responses`, `generate`); also in `pdgate_sim_requests_total{api,leg="prefill"}`.
+    pub prefill_legs_by_api: BTreeMap<String, u64>,
+    /// Answered decode legs whose KV came from a remote prefill, by API label; also in
+    /// `pdgate_sim_requests_total{api,leg="decode"}`.
+    pub remote_decode_legs_by_api: BTreeMap<String, u64>,
     /// Prefill legs (`do_remote_decode`) that finished and left a lease.
     pub prefill_legs: u64,
     /// Decode legs whose KV came from a remote prefill (pull succeeded).

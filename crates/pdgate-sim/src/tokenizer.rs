@@ -101,10 +101,26 @@ pub fn output_seed(tokens: &[u32]) -> u64 {
     xxh3_64(&bytes)
 }
 
+/// The output-vocabulary word of output token `index`.
+fn output_word(seed: u64, index: usize) -> &'static str {
+    let h = xxh3_64(&[seed.to_le_bytes(), (index as u64).to_le_bytes()].concat());
+    WORDS[(h % WORDS.len() as u64) as usize]
+}
+
 /// Text of output token `index` (a leading space and a word).
 pub fn output_token_text(seed: u64, index: usize) -> String {
-    let h = xxh3_64(&[seed.to_le_bytes(), (index as u64).to_le_bytes()].concat());
-    format!(" {}", WORDS[(h % WORDS.len() as u64) as usize])
+    format!(" {}", output_word(seed, index))
+}
+
+/// Token id of output token `index`: the id of its word, so `/detokenize` gives the word
+/// back (`/inference/v1/generate` answers these ids).
+pub fn output_token_id(seed: u64, index: usize) -> u32 {
+    (xxh3_64(output_word(seed, index).as_bytes()) % VOCAB_SIZE as u64) as u32
+}
+
+/// Token ids of output tokens `0..n`.
+pub fn output_ids(seed: u64, n: usize) -> Vec<u32> {
+    (0..n).map(|i| output_token_id(seed, i)).collect()
 }
 
 /// Text of output tokens `0..n`.
@@ -125,5 +141,7 @@ mod tests {
         assert!(a.iter().all(|t| *t < VOCAB_SIZE));
         assert_eq!(output_text(7, 3), output_text(7, 3));
         assert_eq!(output_text(7, 3).split_whitespace().count(), 3);
+        let words: Vec<String> = output_ids(7, 3).into_iter().map(word_of).collect();
+        assert_eq!(format!(" {}", words.join(" ")), output_text(7, 3));
     }
 }

@@ -226,8 +226,10 @@ impl EngineState {
                 let b = self.cache.allocate_reserved().expect("reserved block");
                 s.blocks.push(b);
             }
-            m.generation_tokens.inc();
-            self.counters.generation_tokens += 1;
+            if s.mode != SeqMode::Pooling {
+                m.generation_tokens.inc();
+                self.counters.generation_tokens += 1;
+            }
             if s.generated == 1 {
                 m.ttft.observe(now.duration_since(s.arrived).as_secs_f64());
             }

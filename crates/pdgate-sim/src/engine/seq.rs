@@ -13,6 +13,9 @@ pub enum SeqMode {
     PrefillLeg,
     /// Decode leg whose KV was pulled from a remote prefill: no prefill compute.
     RemoteDecode,
+    /// Pooling request (`/v1/embeddings`): the prefill step only; its one "token" is the
+    /// pooled output, not counted as a generated token.
+    Pooling,
 }
 
 /// A lease created by a finished prefill leg.

@@ -1,14 +1,24 @@
-//! The worker's HTTP API: OpenAI inference routes, `/v1/models`, `/health`, `/metrics`, the
-//! internal side channels `/kv/pull` (KV) and `/ec/pull` (encoder output), and `/sim/info`.
+//! The worker's HTTP API: the engine APIs (`/v1/completions`, `/v1/chat/completions`,
+//! `/v1/messages`, `/v1/responses`, `/v1/embeddings`, `/inference/v1/generate`), `/tokenize`,
+//! `/detokenize`, the render routes, `/v1/models`, `/health`, `/metrics`, the internal side
+//! channels `/kv/pull` (KV) and `/ec/pull` (encoder output), `/sim/info`, and
+//! `/debug/responses/{request_id}` (the response recorder, `recorder.rs`).
 //! Every response carries `x-sim-worker`, `x-sim-role`, `x-sim-revision` and echoes
 //! `x-request-id`.
 
+mod answer;
+mod embeddings;
 mod encode;
+mod generate;
 mod infer;
+mod messages;
+pub mod recorder;
 mod render;
+mod responses;
 pub mod shape;
 mod storage;
 mod tokenize;
+pub mod writer;
 
 use crate::config::{SimConfig, WorkerSpec};
 use crate::ec_handoff::EC_PULL_PATH;
@@ -26,7 +36,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use bytes::Bytes;
 use http::{header, HeaderValue, StatusCode};
-use pdgate_api::{headers, ErrorBody, Role};
+use pdgate_api::{headers, ApiKind, ErrorBody, Role};
 use serde_json::json;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -63,6 +73,8 @@ pub struct Worker {
     pub ec_storage: Option<(SharedStorage, EcRole)>,
     /// This worker as the writer of shared-storage records.
     pub writer: Writer,
+    /// The response recorder (`--record-responses`); `None` = off.
+    pub recorder: Option<recorder::Recorder>,
     name_header: HeaderValue,
     role_header: HeaderValue,
     revision_header: Option<HeaderValue>,
@@ -100,6 +112,7 @@ impl Worker {
             worker: spec.name.clone(),
         };
         Ok(Worker {
+            recorder: recorder::Recorder::new(cfg.record_responses),
             kv_storage,
             ec_storage,
             writer,
@@ -128,9 +141,15 @@ impl Worker {
 
 /// The worker's routes.
 pub fn router(worker: Arc<Worker>) -> Router {
-    Router::new()
+    let recording = worker.recorder.is_some();
+    let routes = Router::new()
         .route("/v1/completions", post(infer::completions))
         .route("/v1/chat/completions", post(infer::chat_completions))
+        .route("/v1/messages", post(infer::messages))
+        .route("/v1/responses", post(infer::responses))
+        .route("/v1/embeddings", post(embeddings::embeddings))
+        .route("/inference/v1/generate", post(infer::generate))
+        .route("/debug/responses/{request_id}", get(recorder::recorded))
         .route("/v1/completions/render", post(render::completions))
         .route(
             "/v1/chat/completions/render",
@@ -146,7 +165,15 @@ pub fn router(worker: Arc<Worker>) -> Router {
         .route("/sim/info", get(info))
         .route(PULL_PATH, post(kv_pull))
         .route(EC_PULL_PATH, post(encode::ec_pull))
-        .fallback(|| async { error(404, "no such route") })
+        .fallback(|| async { error(404, "no such route") });
+    let routes = match recording {
+        true => routes.layer(axum::middleware::from_fn_with_state(
+            worker.clone(),
+            recorder::record,
+        )),
+        false => routes,
+    };
+    routes
         .layer(axum::middleware::from_fn_with_state(worker.clone(), stamp))
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
         .with_state(worker)
@@ -156,6 +183,22 @@ pub fn router(worker: Arc<Worker>) -> Router {
 pub fn error(status: u16, message: impl Into<String>) -> Response {
     let code = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     (code, Json(ErrorBody::new(code.as_u16(), message))).into_response()
+}
+
+/// An error response in `api`'s form ([`ErrorBody::to_bytes_for`]: Anthropic's on
+/// `/v1/messages`, as vLLM 0.32's Anthropic router answers its errors; OpenAI's otherwise).
+pub fn error_for(api: ApiKind, status: u16, message: impl Into<String>) -> Response {
+    let code = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let body = ErrorBody::new(code.as_u16(), message).to_bytes_for(api);
+    (
+        code,
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        )],
+        body,
+    )
+        .into_response()
 }
 
 /// The request's `x-request-id`, else a random one.

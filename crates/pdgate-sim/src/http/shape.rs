@@ -1,6 +1,9 @@
 //! OpenAI response shapes as vLLM writes them: full responses, stream chunks
-//! (`text_completion` / `chat.completion.chunk`), the usage chunk, and the SSE framing.
+//! (`text_completion` / `chat.completion.chunk`), the usage chunk, and [`OpenAiWriter`], the
+//! [`Writer`] of `/v1/completions` and `/v1/chat/completions`.
 
+use super::writer::{data_event, unix_now, Tally, Writer};
+use crate::tokenizer;
 use bytes::Bytes;
 use pdgate_api::openai::PromptTokensDetails;
 use pdgate_api::{ApiKind, Usage};
@@ -8,15 +11,6 @@ use serde_json::{json, Value};
 
 /// The terminating SSE event.
 pub const DONE: &[u8] = b"data: [DONE]\n\n";
-
-/// One SSE event carrying `v`.
-pub fn sse(v: &Value) -> Bytes {
-    let mut out = Vec::with_capacity(128);
-    out.extend_from_slice(b"data: ");
-    serde_json::to_writer(&mut out, v).expect("JSON value serializes");
-    out.extend_from_slice(b"\n\n");
-    Bytes::from(out)
-}
 
 /// `usage` with `prompt_tokens_details.cached_tokens`.
 pub fn usage(prompt: usize, completion: usize, cached: usize) -> Usage {
@@ -52,14 +46,10 @@ impl Shape {
             ApiKind::Completions => "cmpl",
             _ => "chatcmpl",
         };
-        let created = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_secs())
-            .unwrap_or(0);
         Shape {
             kind,
             id: format!("{prefix}-{request_id}"),
-            created,
+            created: unix_now(),
             model: model.to_string(),
             n,
         }
@@ -125,5 +115,60 @@ impl Shape {
         let mut v = self.envelope(object, choices);
         v["usage"] = serde_json::to_value(usage).expect("usage serializes");
         v
+    }
+}
+
+/// The [`Writer`] of completions and chat: `data:` chunks (chat opens with the role chunk),
+/// `finish_reason` and a prefill leg's `kv_transfer_params` on the last token chunk, the
+/// usage chunk when `stream_options.include_usage`, then `data: [DONE]`.
+pub struct OpenAiWriter {
+    /// Identity of the answer.
+    pub shape: Shape,
+    /// `stream_options.include_usage`.
+    pub include_usage: bool,
+}
+
+impl OpenAiWriter {
+    fn usage(&self, t: &Tally) -> Usage {
+        usage(t.prompt, t.output * self.shape.n as usize, t.cached)
+    }
+}
+
+impl Writer for OpenAiWriter {
+    fn full(&self, seed: u64, t: &Tally, kv: Option<Value>) -> Vec<u8> {
+        let text = tokenizer::output_text(seed, t.output);
+        let mut body = self.shape.full(&text, &self.usage(t));
+        if let Some(kv) = kv {
+            body["kv_transfer_params"] = kv;
+        }
+        serde_json::to_vec(&body).expect("JSON value serializes")
+    }
+
+    fn open(&mut self) -> Vec<Bytes> {
+        self.shape.role_chunk().iter().map(data_event).collect()
+    }
+
+    fn token(&mut self, seed: u64, index: usize) -> Vec<Bytes> {
+        let text = tokenizer::output_token_text(seed, index);
+        vec![data_event(&self.shape.token_chunk(&text, None))]
+    }
+
+    fn last(&mut self, seed: u64, index: usize, t: &Tally, kv: Option<Value>) -> Vec<Bytes> {
+        let text = tokenizer::output_token_text(seed, index);
+        let mut chunk = self.shape.token_chunk(&text, Some("length"));
+        if let Some(kv) = kv {
+            chunk["kv_transfer_params"] = kv;
+        }
+        let mut out = vec![data_event(&chunk)];
+        if self.include_usage {
+            out.push(data_event(&self.shape.usage_chunk(&self.usage(t))));
+        }
+        out.push(Bytes::from_static(DONE));
+        out
+    }
+
+    fn broken(&mut self, message: &str) -> Option<Bytes> {
+        let err = json!({"error": {"message": message, "type": "server_error", "code": 503}});
+        Some(data_event(&err))
     }
 }
