@@ -174,6 +174,22 @@ impl InferenceRequest {
     }
 }
 
+impl InferenceRequest {
+    /// True when this request can run as a prefill leg then a decode leg (design.md §5.2):
+    /// its API can ([`ApiKind::can_split`]), it asks for one choice (`n` = 1: a prefill leg
+    /// computes one sequence), and, on responses, it neither continues a stored response
+    /// (`previous_response_id`: vLLM keeps responses per engine, so both legs would need it)
+    /// nor runs in the background (`background: true` answers before it finishes).
+    /// Otherwise it runs aggregated on the decode pick. The one rule for every router path.
+    pub fn can_split(&self) -> bool {
+        let set = |field: &str| !matches!(self.body.raw(field), None | Some("null" | "false"));
+        self.kind.can_split()
+            && self.n == 1
+            && !(self.kind == ApiKind::Responses
+                && (set("previous_response_id") || set("background")))
+    }
+}
+
 /// The output token limit of `kind` (see [`InferenceRequest::max_tokens`]).
 fn max_tokens(kind: ApiKind, body: &RawObject) -> Result<Option<u32>, RequestError> {
     match kind {

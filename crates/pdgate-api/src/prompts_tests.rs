@@ -205,3 +205,36 @@ fn tokenize_and_detokenize() {
         Err(RequestError::MissingField("tokens"))
     );
 }
+
+#[test]
+fn which_requests_can_split() {
+    let split = |k, b: &str| parse(k, b).unwrap().can_split();
+    assert!(split(ApiKind::Completions, r#"{"model":"m","prompt":"a"}"#));
+    assert!(!split(
+        ApiKind::Completions,
+        r#"{"model":"m","prompt":"a","n":2}"#
+    ));
+    assert!(split(
+        ApiKind::Messages,
+        r#"{"model":"m","messages":[{"role":"user","content":"a"}]}"#
+    ));
+    assert!(split(
+        ApiKind::Responses,
+        r#"{"input":"a","background":false,"previous_response_id":null}"#
+    ));
+    assert!(!split(
+        ApiKind::Responses,
+        r#"{"input":"a","previous_response_id":"resp_1"}"#
+    ));
+    assert!(!split(
+        ApiKind::Responses,
+        r#"{"input":"a","background":true}"#
+    ));
+    assert!(split(
+        ApiKind::Generate,
+        r#"{"token_ids":[1],"sampling_params":{}}"#
+    ));
+    assert!(!split(ApiKind::Embeddings, r#"{"input":"a"}"#));
+    assert!(!split(ApiKind::Tokenize, r#"{"prompt":"a"}"#));
+    assert!(!split(ApiKind::Detokenize, r#"{"tokens":[1]}"#));
+}

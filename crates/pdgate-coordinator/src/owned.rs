@@ -15,7 +15,7 @@ use crate::phase_body::KV_TRANSFER_PARAMS;
 use bytes::Bytes;
 use pdgate_api::media::EC_TRANSFER_PARAMS;
 use pdgate_api::spells::Spells;
-use pdgate_api::{InferenceRequest, RawObject};
+use pdgate_api::{ApiKind, InferenceRequest, RawObject};
 
 /// Body fields only the router sets on legs.
 pub const ROUTER_OWNED_FIELDS: &[&str] = &[KV_TRANSFER_PARAMS, EC_TRANSFER_PARAMS];
@@ -33,16 +33,31 @@ pub fn mentions(bytes: &[u8]) -> bool {
 /// Removes the router-owned fields from a client request (its body, which legs are built
 /// from). Returns the fields that were there (in list order), for the caller to count and
 /// log; nothing is touched when there were none.
+///
+/// Generate's `sampling_params.extra_args` is where vLLM itself puts these fields (and reads
+/// them from when the top-level ones are absent: `scale_out/token_in_token_out/serving.py`),
+/// so a client's copies there go too, reported as `sampling_params.extra_args.<field>`.
 pub fn strip_request(req: &mut InferenceRequest) -> Vec<&'static str> {
-    let found: Vec<&'static str> = ROUTER_OWNED_FIELDS
+    let mut found: Vec<&'static str> = ROUTER_OWNED_FIELDS
         .iter()
         .copied()
         .filter(|f| req.body.contains_key(f))
         .collect();
+    let nested = match req.kind {
+        ApiKind::Generate => strip_extra_args(&req.body, &mut found),
+        _ => None,
+    };
     if found.is_empty() {
         return found;
     }
-    let edits: Vec<Edit<'_>> = found.iter().map(|f| Edit::Remove(f)).collect();
+    let mut edits: Vec<Edit<'_>> = ROUTER_OWNED_FIELDS
+        .iter()
+        .filter(|f| req.body.contains_key(f))
+        .map(|f| Edit::Remove(f))
+        .collect();
+    if let Some(sp) = &nested {
+        edits.push(Edit::Set(SAMPLING_PARAMS, sp));
+    }
     let stripped = Bytes::from(json_patch::patch_object(&req.body, &edits));
     // Re-scanning what was a valid object less some entries cannot fail.
     if let Ok(body) = RawObject::parse(stripped) {
@@ -50,6 +65,32 @@ pub fn strip_request(req: &mut InferenceRequest) -> Vec<&'static str> {
     }
     found
 }
+
+const SAMPLING_PARAMS: &str = "sampling_params";
+
+/// Generate's `sampling_params` without the router-owned fields of its `extra_args`, when
+/// it has any (their reported names are added to `found`); `None` otherwise.
+fn strip_extra_args(body: &RawObject, found: &mut Vec<&'static str>) -> Option<Vec<u8>> {
+    let raw = body.raw(SAMPLING_PARAMS)?;
+    if !mentions(raw.as_bytes()) {
+        return None;
+    }
+    let mut sp: serde_json::Map<String, serde_json::Value> = serde_json::from_str(raw).ok()?;
+    let extra = sp.get_mut("extra_args")?.as_object_mut()?;
+    for (field, name) in ROUTER_OWNED_FIELDS.iter().zip(NESTED_NAMES) {
+        if extra.remove(*field).is_some() {
+            found.push(name);
+        }
+    }
+    serde_json::to_vec(&sp).ok()
+}
+
+/// How a field found in generate's `sampling_params.extra_args` is reported (in
+/// [`ROUTER_OWNED_FIELDS`] order).
+const NESTED_NAMES: [&str; 2] = [
+    "sampling_params.extra_args.kv_transfer_params",
+    "sampling_params.extra_args.ec_transfer_params",
+];
 
 /// A JSON object answer without its router-owned fields; `None` when it has none (or is not
 /// a JSON object: then it is passed as it is).
@@ -83,6 +124,27 @@ pub fn strip_sse_line(line: &[u8]) -> Option<Vec<u8>> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn generate_loses_the_client_params_in_sampling_extra_args_too() {
+        let raw = br#"{"token_ids":[1],"sampling_params":{"max_tokens":3,"extra_args":{"kv_transfer_params":{"do_remote_prefill":true},"x":1}},"kv_transfer_params":{}}"#;
+        let mut req = InferenceRequest::parse(pdgate_api::ApiKind::Generate, raw).unwrap();
+        assert_eq!(
+            super::strip_request(&mut req),
+            [
+                "kv_transfer_params",
+                "sampling_params.extra_args.kv_transfer_params"
+            ]
+        );
+        assert_eq!(
+            std::str::from_utf8(req.body.bytes()).unwrap(),
+            r#"{"token_ids":[1],"sampling_params":{"extra_args":{"x":1},"max_tokens":3}}"#
+        );
+        let plain = br#"{"token_ids":[1],"sampling_params":{"max_tokens":3}}"#;
+        let mut req = InferenceRequest::parse(pdgate_api::ApiKind::Generate, plain).unwrap();
+        assert!(super::strip_request(&mut req).is_empty());
+        assert_eq!(req.body.bytes().as_ref(), plain);
+    }
+
     use super::*;
     use pdgate_api::ApiKind;
 

@@ -12,25 +12,50 @@ pub const KV_TRANSFER_PARAMS: &str = "kv_transfer_params";
 
 /// The prefill leg body, from the client's bytes ([`crate::json_patch`]: no DOM, untouched
 /// values byte for byte, the client's key order): `kv_transfer_params` set to
-/// [`KvConnector::prefill_params`], `stream: false`, `stream_options` removed,
-/// `min_tokens` removed, every token limit (`max_tokens`, `max_completion_tokens`) set to 1
-/// (`max_tokens` even when the client gave none), and the encoders' `ec_transfer_params` when
-/// there are any.
+/// [`KvConnector::prefill_params`], `stream: false`, `stream_options` removed, the encoders'
+/// `ec_transfer_params` when there are any, and the API's token limits capped
+/// ([`token_limit_edits`]).
 pub fn prefill_bytes(req: &InferenceRequest, ec: &[Value], connector: KvConnector) -> Bytes {
     let kv = connector.prefill_params().to_string();
     let ec_json = encoder_json(ec);
+    let limits = token_limit_edits(req);
     let mut edits = vec![
         Edit::Set(KV_TRANSFER_PARAMS, kv.as_bytes()),
         Edit::Set("stream", b"false"),
         Edit::Remove("stream_options"),
-        Edit::Remove("min_tokens"),
-        Edit::Set("max_tokens", b"1"),
-        Edit::Replace("max_completion_tokens", b"1"),
     ];
+    let nested;
+    match req.kind.token_limit_parent() {
+        None => edits.extend(limits),
+        Some(parent) => {
+            // The limits live in an object (generate's `sampling_params`): patched alike, set
+            // whole. The parse checked it is an object; an unreadable one is left as sent.
+            if let Some(Ok(obj)) = req.body.object(parent) {
+                nested = patch_object(&obj, &limits);
+                edits.push(Edit::Set(parent, &nested));
+            }
+        }
+    }
     if let Some(e) = &ec_json {
         edits.push(Edit::Set(EC_TRANSFER_PARAMS, e.as_bytes()));
     }
     Bytes::from(patch_object(&req.body, &edits))
+}
+
+/// The token-limit edits of a prefill leg (design.md §5.2; llm-d's P/D sidecar): `min_tokens`
+/// removed, the API's first limit field ([`pdgate_api::ApiKind::token_limit_fields`]:
+/// `max_tokens` for completions, chat, messages and generate, `max_output_tokens` for
+/// responses) set to 1 even when the client gave none, the others (`max_completion_tokens`)
+/// set to 1 when present.
+fn token_limit_edits(req: &InferenceRequest) -> Vec<Edit<'static>> {
+    let mut edits = vec![Edit::Remove("min_tokens")];
+    for (i, field) in req.kind.token_limit_fields().iter().enumerate() {
+        edits.push(match i {
+            0 => Edit::Set(field, b"1"),
+            _ => Edit::Replace(field, b"1"),
+        });
+    }
+    edits
 }
 
 /// The decode leg body: the client's bytes (stream and token limits as the client sent them)
@@ -114,6 +139,36 @@ mod tests {
         assert!(json_of(&prefill_bytes(&r, &[], KvConnector::Nixl))
             .get("max_completion_tokens")
             .is_none());
+    }
+
+    #[test]
+    fn prefill_legs_cap_each_apis_own_token_limits() {
+        let parse = |k, b: &str| InferenceRequest::parse(k, b.as_bytes()).unwrap();
+        let r = parse(
+            ApiKind::Generate,
+            r#"{"token_ids":[1,2],"sampling_params":{"temperature":0,"max_tokens":64,"min_tokens":2},"stream":true}"#,
+        );
+        assert_eq!(
+            std::str::from_utf8(&prefill_bytes(&r, &[], KvConnector::SharedStorage)).unwrap(),
+            r#"{"token_ids":[1,2],"sampling_params":{"temperature":0,"max_tokens":1},"stream":false,"kv_transfer_params":{"do_remote_decode":true,"do_remote_prefill":false}}"#
+        );
+        let r = parse(
+            ApiKind::Responses,
+            r#"{"input":"a","max_output_tokens":50,"stream":true}"#,
+        );
+        assert_eq!(
+            std::str::from_utf8(&prefill_bytes(&r, &[], KvConnector::SharedStorage)).unwrap(),
+            r#"{"input":"a","max_output_tokens":1,"stream":false,"kv_transfer_params":{"do_remote_decode":true,"do_remote_prefill":false}}"#
+        );
+        let r = parse(
+            ApiKind::Messages,
+            r#"{"model":"m","max_tokens":50,"messages":[{"role":"user","content":"a"}],"stream":true}"#,
+        );
+        assert_eq!(
+            json_of(&prefill_bytes(&r, &[], KvConnector::SharedStorage)),
+            json!({"model":"m","max_tokens":1,"messages":[{"role":"user","content":"a"}],"stream":false,
+                "kv_transfer_params":{"do_remote_decode":true,"do_remote_prefill":false}})
+        );
     }
 
     #[test]

@@ -184,7 +184,7 @@ pub async fn run<D: Dispatcher>(
         ForwardRules::apply(captured, &mut h);
         h
     };
-    let split = plan.prefill.as_ref().filter(|_| req.n == 1);
+    let split = plan.prefill.as_ref().filter(|_| req.can_split());
     if plan.conditional && split.is_some() {
         let mut h = leg_headers(&trace.captured);
         h.insert(

@@ -404,7 +404,7 @@ impl Exchange {
     /// of `pdgate serve`, design.md §5.5).
     fn reject(&mut self, e: ApiError) -> Answers {
         let details = e.to_string();
-        let (status, h, body) = e.into_parts();
+        let (status, h, body) = e.into_parts(pick::api_of(&self.path));
         let set: Vec<(String, String)> = h
             .iter()
             .filter(|(k, _)| *k != http::header::CONNECTION)

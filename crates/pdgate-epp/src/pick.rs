@@ -48,14 +48,10 @@ pub struct Buffered<'a> {
 }
 
 /// The inference API of `path` (its query and a trailing `/` removed), if it is one the
-/// scheduler reads.
+/// scheduler reads ([`ApiKind::from_path`]).
 pub fn api_of(path: &str) -> Option<ApiKind> {
     let path = path.split('?').next().unwrap_or_default();
-    match path.strip_suffix('/').unwrap_or(path) {
-        "/v1/completions" => Some(ApiKind::Completions),
-        "/v1/chat/completions" => Some(ApiKind::ChatCompletions),
-        _ => None,
-    }
+    ApiKind::from_path(path.strip_suffix('/').unwrap_or(path))
 }
 
 /// Headers as the scheduler's plugins read them, without the client's copies of router-owned
@@ -168,7 +164,7 @@ pub fn route(epp: &Epp, parsed: InferenceRequest, req: &Buffered<'_>) -> Result<
         epp.sessions.bind(id, &result, now);
     }
     // A handoff is single-consumer: with `n > 1` decode recomputes (design.md §5.2).
-    let prefill = result.prefill.filter(|_| parsed.n == 1);
+    let prefill = result.prefill.filter(|_| parsed.can_split());
     let decode = result.decode;
     // `data-parallel-profile-handler`: the gateway sends to the pod's primary port and the
     // header names the rank behind it; no fallback (another pod would forward to it anyway).

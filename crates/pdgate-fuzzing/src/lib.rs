@@ -38,7 +38,7 @@ fn object(b: &[u8]) -> Map<String, Value> {
 /// hints, the router-owned strip, the leg bodies (each must be a JSON object with the fields
 /// the contract sets) — and the same bytes as an engine answer through the answer strip.
 pub fn request_body(data: &[u8]) {
-    for kind in [ApiKind::Completions, ApiKind::ChatCompletions] {
+    for kind in ApiKind::ALL {
         let Ok(mut req) = InferenceRequest::parse(kind, data) else {
             continue;
         };
@@ -51,7 +51,15 @@ pub fn request_body(data: &[u8]) {
         for kv in [KvConnector::Nixl, KvConnector::SharedStorage] {
             let p = object(&phase_body::prefill_bytes(&req, &[], kv));
             assert_eq!(p.get("stream"), Some(&Value::Bool(false)));
-            assert_eq!(p.get("max_tokens"), Some(&Value::from(1)));
+            // The first token limit of the API is 1, where the API keeps it.
+            let limits = match kind.token_limit_parent() {
+                None => Some(&p),
+                Some(parent) => p.get(parent).and_then(Value::as_object),
+            };
+            let first = kind.token_limit_fields()[0];
+            if let Some(limits) = limits {
+                assert_eq!(limits.get(first), Some(&Value::from(1)));
+            }
             object(&phase_body::decode_bytes(&req, Map::new(), kv));
         }
         object(&phase_body::aggregated_bytes(&req, &[Value::from(1)]));

@@ -238,7 +238,9 @@ impl EndpointLoad {
         self.retired.load(Ordering::Acquire)
     }
     /// True when the engine serves `model`, or its model list is not known yet (unknown
-    /// must not take an endpoint out of rotation).
+    /// must not take an endpoint out of rotation), or `model` is empty: a request that names
+    /// no model (allowed on responses, embeddings, generate, tokenize and detokenize, as vLLM
+    /// allows) is served by whichever model the engine runs.
     pub fn serves(&self, model: &str) -> bool {
         self.serves_key(model, ModelKey::of(model))
     }
@@ -247,6 +249,7 @@ impl EndpointLoad {
     /// the list is read only for engines with several.
     pub fn serves_key(&self, model: &str, key: ModelKey) -> bool {
         match ModelKey(self.model_key.load(Ordering::Acquire)) {
+            _ if model.is_empty() => true,
             ModelKey::UNKNOWN => true,
             ModelKey::SEVERAL => self
                 .models
@@ -427,6 +430,10 @@ mod tests {
         assert!(load.serves("any") && load.models().is_none());
         load.set_models(vec!["m".into()]);
         assert!(load.serves("m") && !load.serves("other"));
+        assert!(
+            load.serves(""),
+            "a request naming no model goes to any engine"
+        );
         let g1 = InFlightGuard::book(&load);
         let g2 = InFlightGuard::book(&load);
         assert_eq!(load.in_flight(), 2);

@@ -201,7 +201,9 @@ pub static PLUGIN_TYPES: &[PluginType] = &[
     plugins::rollout::TYPE,
     plugins::token_producer::TYPE,
     plugins::token_producer::LEGACY_TYPE,
-    plugins::openai_parser::TYPE,
+    plugins::request_parsers::TYPE,
+    plugins::request_parsers::ANTHROPIC_TYPE,
+    plugins::request_parsers::VLLMHTTP_TYPE,
     plugins::data_parallel_profile_handler::TYPE,
     plugins::always_disagg_multimodal_decider::TYPE,
     plugins::mm_embeddings_cache_producer::TYPE,
@@ -359,27 +361,19 @@ pub static REFUSED: &[(&str, &str)] = &[
     ),
     (
         "passthrough-parser",
-        "request parsing is built in: pdgate routes only OpenAI `/v1/completions` and `/v1/chat/completions`",
-    ),
-    (
-        "anthropic-parser",
-        "pdgate does not route that protocol: it reads OpenAI `/v1/completions` and `/v1/chat/completions` requests itself",
-    ),
-    (
-        "vllmhttp-parser",
-        "pdgate does not route that protocol: it reads OpenAI `/v1/completions` and `/v1/chat/completions` requests itself",
+        "request parsing is built in: pdgate routes only the APIs it parses (completions, chat, messages, responses, embeddings, generate, tokenize, detokenize); other paths answer 404",
     ),
     (
         "sglanghttp-parser",
-        "pdgate does not route that protocol: it reads OpenAI `/v1/completions` and `/v1/chat/completions` requests itself",
+        "pdgate does not route that protocol: it parses the OpenAI, Anthropic and vLLM generate requests itself",
     ),
     (
         "vllmgrpc-parser",
-        "pdgate does not route that protocol: it reads OpenAI `/v1/completions` and `/v1/chat/completions` requests itself",
+        "pdgate does not route that protocol: it parses the OpenAI, Anthropic and vLLM generate requests itself",
     ),
     (
         "vertexai-parser",
-        "pdgate does not route that protocol: it reads OpenAI `/v1/completions` and `/v1/chat/completions` requests itself",
+        "pdgate does not route that protocol: it parses the OpenAI, Anthropic and vLLM generate requests itself",
     ),
     (
         "file-discovery",

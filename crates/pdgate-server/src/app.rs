@@ -203,9 +203,15 @@ impl Drop for ServerHandle {
 
 /// The routes.
 pub fn router(state: Arc<AppState>) -> Router {
-    Router::new()
-        .route("/v1/completions", post(completions))
-        .route("/v1/chat/completions", post(chat_completions))
+    // Every inference API (pdgate_api::ApiKind: completions, chat, messages, responses,
+    // embeddings, generate, tokenize, detokenize) takes the one request path.
+    let inference = ApiKind::ALL.into_iter().fold(Router::new(), |r, api| {
+        r.route(
+            api.path(),
+            post(move |State(s): State<Arc<AppState>>, req: Request| infer(s, api, req)),
+        )
+    });
+    inference
         .route("/v1/models", get(models))
         .route("/health", get(health))
         .route("/live", get(|| async { "ok" }))
@@ -238,16 +244,11 @@ fn peer_ip(ext: &http::Extensions) -> Option<std::net::IpAddr> {
         .map(|c| c.0.ip())
 }
 
-async fn completions(State(s): State<Arc<AppState>>, req: Request) -> Response {
+/// One inference request on `api`.
+async fn infer(s: Arc<AppState>, api: ApiKind, req: Request) -> Response {
     let (parts, body) = req.into_parts();
     let peer = peer_ip(&parts.extensions);
-    crate::proxy::handle(s, ApiKind::Completions, parts.headers, body, peer).await
-}
-
-async fn chat_completions(State(s): State<Arc<AppState>>, req: Request) -> Response {
-    let (parts, body) = req.into_parts();
-    let peer = peer_ip(&parts.extensions);
-    crate::proxy::handle(s, ApiKind::ChatCompletions, parts.headers, body, peer).await
+    crate::proxy::handle(s, api, parts.headers, body, peer).await
 }
 
 async fn models(State(s): State<Arc<AppState>>) -> Response {

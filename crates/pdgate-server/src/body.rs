@@ -22,7 +22,7 @@ use crate::leg_body::{LegBody, LegBodyError};
 use crate::owned_filter::{LineTooLong, OwnedFilter, MAX_SSE_LINE_BYTES};
 use bytes::{Bytes, BytesMut};
 use http_body::{Body, Frame, SizeHint};
-use pdgate_api::ErrorBody;
+use pdgate_api::{ErrorBody, SseForm};
 use pdgate_scheduler::Booking;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -43,7 +43,8 @@ pub struct StreamReport {
 /// Upstream body plus the bookings it keeps alive.
 pub struct ResponseBody {
     inner: LegBody,
-    sse: bool,
+    /// An SSE body, and its API's framing of the error event that ends a broken stream.
+    sse: Option<SseForm>,
     endpoint: String,
     finished: bool,
     report: Option<StreamReport>,
@@ -65,10 +66,11 @@ pub struct ResponseBody {
 }
 
 impl ResponseBody {
-    /// Wraps `inner` from `endpoint`; `sse` selects the mid-stream error form.
+    /// Wraps `inner` from `endpoint`; `sse` (an event stream, in its API's framing) selects
+    /// the mid-stream error form.
     pub fn new(
         inner: LegBody,
-        sse: bool,
+        sse: Option<SseForm>,
         endpoint: String,
         bookings: Vec<Booking>,
         report: Option<StreamReport>,
@@ -92,7 +94,7 @@ impl ResponseBody {
     /// An SSE body whose `data:` lines lose the router-owned fields (`kv_transfer_params`,
     /// …) before they reach the client; no effect on a non-SSE body.
     pub fn without_owned_fields(mut self) -> Self {
-        if self.sse {
+        if self.sse.is_some() {
             self.owned = Some(OwnedFilter::default());
         }
         self
@@ -157,7 +159,8 @@ impl ResponseBody {
         if crate::log_limit::allow(&crate::log_limit::STREAM_ERRORS) {
             tracing::warn!(endpoint = %self.endpoint, kind, "stream ended by an error event");
         }
-        error_event(&serde_json::to_vec(&serde_json::json!({ "error": error })).unwrap_or_default())
+        let form = self.sse.unwrap_or(SseForm::DataDone);
+        Bytes::from(pdgate_api::error::sse_error_event(form, &error))
     }
 
     /// Scans SSE bytes for a line that starts with `{`; returns the bytes to pass on now.
@@ -213,16 +216,6 @@ impl ResponseBody {
     }
 }
 
-/// The SSE event that ends a stream with the error body `json` (`{"error": {…}}`), then
-/// `[DONE]`: the one framing of every mid-stream failure.
-pub(crate) fn error_event(json: &[u8]) -> Bytes {
-    let mut event = Vec::with_capacity(json.len() + 24);
-    event.extend_from_slice(b"data: ");
-    event.extend_from_slice(json);
-    event.extend_from_slice(b"\n\ndata: [DONE]\n\n");
-    Bytes::from(event)
-}
-
 /// The inner `error` object of `ErrorBody::new(502, message)`.
 fn error_object(message: String) -> serde_json::Value {
     serde_json::to_value(ErrorBody::new(502, message).error).unwrap_or_default()
@@ -251,11 +244,11 @@ impl Body for ResponseBody {
                         LegBodyError::Deadline => (LegEvent::StreamDeadline, "deadline"),
                         LegBodyError::Broken(_) => (LegEvent::StreamBroken, "broken"),
                     };
-                    if self.sse && self.bare_line.is_none() {
+                    if self.sse.is_some() && self.bare_line.is_none() {
                         let msg = format!("upstream {} failed mid-stream: {e}", self.endpoint);
                         let ev = self.fail(event, kind, error_object(msg));
                         Poll::Ready(Some(Ok(Frame::data(ev))))
-                    } else if self.sse {
+                    } else if self.sse.is_some() {
                         let ev = self.bare_line_event();
                         Poll::Ready(Some(Ok(Frame::data(ev))))
                     } else {
@@ -281,7 +274,7 @@ impl Body for ResponseBody {
                         self.bookings.iter_mut().for_each(Booking::prefill_done);
                     }
                     let frame = match frame.into_data() {
-                        Ok(data) if self.sse => {
+                        Ok(data) if self.sse.is_some() => {
                             let pass = self.scan(data);
                             let pass = match self.filtered(pass) {
                                 Ok(pass) => pass,
@@ -320,7 +313,7 @@ impl Body for ResponseBody {
     }
 
     fn size_hint(&self) -> SizeHint {
-        if self.sse {
+        if self.sse.is_some() {
             SizeHint::default()
         } else {
             self.inner.size_hint()

@@ -2,7 +2,7 @@
 
 use axum::response::{IntoResponse, Response};
 use http::{HeaderValue, StatusCode};
-use pdgate_api::{headers, ErrorBody, RequestError};
+use pdgate_api::{headers, ApiKind, ErrorBody, RequestError};
 use pdgate_coordinator::PipelineError;
 use pdgate_scheduler::{Rejected, Rejection};
 
@@ -180,12 +180,17 @@ impl ApiError {
 }
 
 impl ApiError {
-    /// The answer for this error, as status, headers and OpenAI error body: the one rule
-    /// for both front ends (the HTTP proxy answers it; the ext_proc EPP sends it as an
-    /// immediate response).
-    pub fn into_parts(self) -> (StatusCode, http::HeaderMap, Vec<u8>) {
+    /// The answer for this error, as status, headers and error body: the one rule for both
+    /// front ends (the HTTP proxy answers it; the ext_proc EPP sends it as an immediate
+    /// response). The body is in `api`'s form ([`ErrorBody::to_bytes_for`]: Anthropic's on
+    /// messages), OpenAI's when the API is not known.
+    pub fn into_parts(self, api: Option<ApiKind>) -> (StatusCode, http::HeaderMap, Vec<u8>) {
         let status = self.status();
-        let body = ErrorBody::new(status.as_u16(), self.to_string()).to_bytes();
+        let error = ErrorBody::new(status.as_u16(), self.to_string());
+        let body = match api {
+            Some(api) => error.to_bytes_for(api),
+            None => error.to_bytes(),
+        };
         let mut h = http::HeaderMap::new();
         h.insert(
             http::header::CONTENT_TYPE,
@@ -239,7 +244,14 @@ impl ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let (status, headers, body) = self.into_parts();
+        self.into_response_for(None)
+    }
+}
+
+impl ApiError {
+    /// The response for this error, its body in `api`'s form (see [`Self::into_parts`]).
+    pub fn into_response_for(self, api: Option<ApiKind>) -> Response {
+        let (status, headers, body) = self.into_parts(api);
         let mut resp = (status, body).into_response();
         *resp.headers_mut() = headers;
         resp

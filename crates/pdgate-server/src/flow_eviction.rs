@@ -201,12 +201,13 @@ impl Drop for InFlight {
 pub struct EvictableBody<B> {
     inner: Option<B>,
     ticket: InFlight,
-    sse: bool,
+    sse: Option<pdgate_api::SseForm>,
 }
 
 impl<B> EvictableBody<B> {
-    /// `inner`, cut short on eviction; `sse` selects the error-event form.
-    pub fn new(inner: B, ticket: InFlight, sse: bool) -> Self {
+    /// `inner`, cut short on eviction; `sse` (an event stream, in its API's framing) selects
+    /// the error-event form.
+    pub fn new(inner: B, ticket: InFlight, sse: Option<pdgate_api::SseForm>) -> Self {
         EvictableBody {
             inner: Some(inner),
             ticket,
@@ -217,11 +218,12 @@ impl<B> EvictableBody<B> {
 
 /// The SSE error event an evicted stream ends with: the same error object a client gets
 /// as a 429 body when evicted before its answer began.
-fn evicted_event() -> bytes::Bytes {
+fn evicted_event(form: pdgate_api::SseForm) -> bytes::Bytes {
     let e =
         crate::errors::ApiError::dropped(pdgate_scheduler::flow::Outcome::EvictedInFlight, false);
     let body = pdgate_api::ErrorBody::new(e.status().as_u16(), e.to_string());
-    crate::body::error_event(&body.to_bytes())
+    let error = serde_json::to_value(&body.error).unwrap_or_default();
+    bytes::Bytes::from(pdgate_api::error::sse_error_event(form, &error))
 }
 
 impl<B> Body for EvictableBody<B>
@@ -244,8 +246,8 @@ where
             // Dropping the upstream body closes the engine's connection: it aborts.
             this.inner = None;
             return Poll::Ready(Some(match this.sse {
-                true => Ok(Frame::data(evicted_event())),
-                false => Err("request evicted by flow control".into()),
+                Some(form) => Ok(Frame::data(evicted_event(form))),
+                None => Err("request evicted by flow control".into()),
             }));
         }
         match Pin::new(inner).poll_frame(cx) {
@@ -266,7 +268,7 @@ where
     fn size_hint(&self) -> SizeHint {
         // An eviction may replace the rest with an event of another length.
         match &self.inner {
-            Some(b) if !self.sse => b.size_hint(),
+            Some(b) if self.sse.is_none() => b.size_hint(),
             _ => SizeHint::default(),
         }
     }

@@ -179,10 +179,7 @@ pub fn metered(response: Response, ticket: Option<ProgramTicket>) -> Response {
     let Some(ticket) = ticket else {
         return response;
     };
-    let sse = response
-        .headers()
-        .get(http::header::CONTENT_TYPE)
-        .is_some_and(|v| v.as_bytes().starts_with(b"text/event-stream"));
+    let sse = crate::forward::is_event_stream(response.headers());
     response.map(|inner| {
         Body::new(MeteredBody {
             inner,

@@ -99,7 +99,7 @@ pub async fn forward<D: Dispatcher<Body = LegBody>>(
             bind_session(state, ctx, id, trace.prefill_ran);
         }
     }
-    let mut resp = match respond(state, ctx, outcome, !coordinator).await {
+    let mut resp = match respond(state, ctx, outcome, !coordinator, req.kind.sse_form()).await {
         Ok(r) => r,
         Err(e) => {
             tracing::debug!(error = %e, "request failed");
@@ -183,11 +183,13 @@ fn bind_session(state: &AppState, ctx: &RequestContext, id: &str, split: bool) {
 
 /// The client response of the final phase. `strip_owned`: the engines' router-owned fields
 /// leave every body the client gets (whole JSON answers, SSE `data:` lines, error bodies).
+/// `form`: the API's stream framing, for the error event that ends a broken stream.
 async fn respond(
     state: &AppState,
     ctx: &RequestContext,
     outcome: Result<Outcome<LegBody>, PipelineError>,
     strip_owned: bool,
+    form: pdgate_api::SseForm,
 ) -> Result<Response, ApiError> {
     let clean = |b: Bytes| match strip_owned {
         true => pdgate_coordinator::owned::strip_json(&b).map_or(b, Bytes::from),
@@ -219,10 +221,7 @@ async fn respond(
         resp.body = LegBody::full(clean(resp.body.into_full().unwrap_or_default()));
     }
     let out_headers = header_rules::client_response_headers(&resp.headers);
-    let sse = resp
-        .headers
-        .get(http::header::CONTENT_TYPE)
-        .is_some_and(|v| v.as_bytes().starts_with(b"text/event-stream"));
+    let sse = is_event_stream(&resp.headers).then_some(form);
     let bookings = ctx.take_main_pick().map(|p| p.guard).into_iter().collect();
     let report = StreamReport {
         metrics: state.metrics.clone(),
@@ -236,6 +235,12 @@ async fn respond(
     *response.status_mut() = StatusCode::from_u16(resp.status).unwrap_or(StatusCode::BAD_GATEWAY);
     *response.headers_mut() = out_headers;
     Ok(response)
+}
+
+/// True when `h` says the body is an event stream (`text/event-stream`).
+pub fn is_event_stream(h: &HeaderMap) -> bool {
+    h.get(http::header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"text/event-stream"))
 }
 
 /// An upstream's non-2xx answer passed to the client as is (an engine's 4xx — the client's

@@ -10,7 +10,7 @@ use crate::forward;
 use crate::header_scan::HeaderNames;
 use crate::router_dispatch::RouterDispatch;
 use axum::body::Body;
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use http::{HeaderMap, HeaderValue, StatusCode};
 use pdgate_api::hints::RoutingHints;
 use pdgate_api::{headers, prefer, ApiKind, InferenceRequest};
@@ -57,7 +57,7 @@ pub async fn handle(
             ) {
                 tracing::debug!(error = %e, "request failed");
             }
-            e.into_response()
+            e.into_response_for(Some(api))
         }
     };
     // Every answer carries the request id, the router's own errors included.
@@ -419,7 +419,7 @@ async fn run(
     let now = tokio::time::Instant::now();
     let avoid_open = |e: &pdgate_scheduler::Endpoint| state.breakers.is_open(&e.name, now);
     let started = Instant::now();
-    let result = state
+    let mut result = state
         .scheduler
         .schedule(
             &SchedulingRequest {
@@ -456,7 +456,12 @@ async fn run(
         .metrics
         .scheduling
         .observe(started.elapsed().as_secs_f64());
-    let split = result.prefill.is_some() && req.n == 1;
+    let split = result.prefill.is_some() && req.can_split();
+    if result.prefill.is_some() && !split {
+        // Picked for a split the request cannot take (`n` > 1, an API without KV handoff, a
+        // stored response): the decode pick runs it whole, and says so.
+        result.decode.phase = pdgate_api::Phase::Aggregated;
+    }
     // The decider wanted a split that no prefill endpoint can serve: the policy decides.
     let fallback = result.prefill_unavailable.clone();
     if let (Some(reason), PrefillFallback::Fail) = (&fallback, state.prefill_fallback) {
@@ -502,10 +507,7 @@ async fn run(
             return Err(ApiError::dropped(pdgate_scheduler::flow::Outcome::EvictedInFlight, false));
         }
     };
-    let sse = response
-        .headers()
-        .get(http::header::CONTENT_TYPE)
-        .is_some_and(|v| v.as_bytes().starts_with(b"text/event-stream"));
+    let sse = crate::forward::is_event_stream(response.headers()).then_some(req.kind.sse_form());
     let response =
         response.map(|b| Body::new(crate::flow_eviction::EvictableBody::new(b, ticket, sse)));
     Ok(crate::flow_programs::metered(response, program))

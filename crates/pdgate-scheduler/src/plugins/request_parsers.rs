@@ -1,23 +1,39 @@
-//! `openai-parser` — llm-d's request parser for the OpenAI API, accepted so that configs that
-//! declare it (llm-d's default parser list names it) load; pdgate's front end parses OpenAI
-//! requests itself, always.
+//! `openai-parser`, `anthropic-parser`, `vllmhttp-parser` — llm-d's request parsers for the
+//! APIs pdgate routes, accepted so that configs that declare them (llm-d's default parser
+//! list names them) load; pdgate's front end parses these requests itself, always
+//! (`pdgate_api::ApiKind`).
 //!
-//! - **Type:** `openai-parser`
+//! - **Types:** `openai-parser` (completions, chat, responses, embeddings), `anthropic-parser`
+//!   (`/v1/messages`), `vllmhttp-parser` (`/inference/v1/generate`).
 //! - **Extension points:** none (a parser in llm-d's `requestHandler`; pdgate has no parser
 //!   extension point).
 //! - **Parameters:** none.
-//! - **Inputs / outputs:** none; declaring it changes nothing.
-//! - **Limitations:** llm-d's parser also claims `/v1/embeddings`, `/v1/responses`,
-//!   `/v1/conversations`, the render paths and `/v1/images/generations`; pdgate routes
-//!   `/v1/completions` and `/v1/chat/completions` (the other paths answer 404). Source:
-//!   llm-d-router `pkg/epp/framework/plugins/requesthandling/parsers/openai`.
+//! - **Inputs / outputs:** none; declaring one changes nothing.
+//! - **Limitations:** llm-d's openai parser also claims `/v1/conversations`, the render paths
+//!   and `/v1/images/generations`, and its anthropic parser `/v1/messages/count_tokens`;
+//!   pdgate answers those paths 404. Source: llm-d-router
+//!   `pkg/epp/framework/plugins/requesthandling/parsers/{openai,anthropic,vllmhttp}`.
 
 use crate::registry::{decode, BuildCtx, Built, NoParams, PluginError, PluginType, Stage};
 use serde_yaml_ng::Value;
 
-/// Registry entry.
+/// Registry entry of `openai-parser`.
 pub const TYPE: PluginType = PluginType {
     name: "openai-parser",
+    stage: Stage::Consumer,
+    build,
+};
+
+/// Registry entry of `anthropic-parser`.
+pub const ANTHROPIC_TYPE: PluginType = PluginType {
+    name: "anthropic-parser",
+    stage: Stage::Consumer,
+    build,
+};
+
+/// Registry entry of `vllmhttp-parser`.
+pub const VLLMHTTP_TYPE: PluginType = PluginType {
+    name: "vllmhttp-parser",
     stage: Stage::Consumer,
     build,
 };
@@ -35,7 +51,7 @@ mod tests {
     fn a_config_declaring_it_loads_and_a_parameter_is_refused() {
         let yaml = |params: &str| {
             format!(
-                "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n- type: openai-parser{params}\n- type: queue-scorer\nschedulingProfiles:\n- name: default\n  plugins:\n  - pluginRef: queue-scorer\n"
+                "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n- type: anthropic-parser\n- type: vllmhttp-parser\n- type: openai-parser{params}\n- type: queue-scorer\nschedulingProfiles:\n- name: default\n  plugins:\n  - pluginRef: queue-scorer\n"
             )
         };
         assert!(Scheduler::from_yaml(&yaml(""), "epp.yaml").is_ok());

@@ -82,10 +82,10 @@ async fn a_clients_transfer_params_reach_no_engine_on_any_path() {
         assert_eq!(r.0, 200, "{first} {len}");
         modes.push(r.1);
     }
-    // Every path ran (`n > 1` never splits and names no P/D mode).
+    // Every path ran (`n > 1` never splits: it runs aggregated on the decode pick).
     assert_eq!(
         modes,
-        ["split", "aggregated", "", "aggregated", "split"],
+        ["split", "aggregated", "aggregated", "aggregated", "split"],
         "{modes:?}"
     );
     // The coordinator path (layout (b), conditional decode): the client's body reaches the
