@@ -1,9 +1,11 @@
 //! pdgate-sim: a vLLM-compatible engine simulator (design.md §6), many workers per process.
 //!
 //! Each worker is one engine behind an HTTP server: OpenAI `/v1/completions` and
-//! `/v1/chat/completions` (stream and not), `/v1/models`, `/health`, `/metrics` under vLLM's
-//! names, a prefix cache with refcounts and LRU eviction, a continuous-batching step loop
-//! priced by the Dynamo mocker cost model, and the vLLM NIXL P/D handshake over a real HTTP side
+//! `/v1/chat/completions`, Anthropic `/v1/messages`, `/v1/responses`, `/v1/embeddings` and
+//! `/inference/v1/generate` in vLLM 0.32's wire shapes (stream and not), `/tokenize`,
+//! `/detokenize`, `/v1/models`, `/health`, `/metrics` under vLLM's names, a response recorder
+//! (`--record-responses`, `GET /debug/responses/{request_id}`), a prefix cache with refcounts
+//! and LRU eviction, a continuous-batching step loop priced by the Dynamo mocker cost model, and the vLLM NIXL P/D handshake over a real HTTP side
 //! channel (`/kv/pull`) that refuses unknown engines, expired or consumed leases, and engines of
 //! another revision. Encode workers (`--role encode`, encoder disaggregation as vLLM's EPD) encode
 //! the media of chat requests and hand the output to prefills over `/ec/pull`. With vLLM's

@@ -2,6 +2,7 @@
 //! P/D relay of `kv_transfer_params`, and waits and assertions on counters and metrics.
 #![allow(dead_code)]
 
+pub mod apis;
 pub mod epd;
 
 use pdgate_sim::{spawn_worker, SimConfig, WorkerHandle, WorkerSpec};
