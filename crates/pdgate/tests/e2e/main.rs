@@ -10,6 +10,7 @@ mod support;
 
 mod cli_check_config;
 mod e2e_apis;
+mod e2e_apis_sim;
 mod e2e_burst;
 mod e2e_client_limits;
 mod e2e_conditional;
