@@ -132,6 +132,14 @@ impl ApiKind {
         (self == ApiKind::Generate).then_some("sampling_params")
     }
 
+    /// True when the legs carry `kv_transfer_params` in `sampling_params.extra_args` instead
+    /// of at the top level: generate, as llm-d's coordinator sends it
+    /// (`pkg/coordinator/connectors/kv`). vLLM reads it there on every version; it copies a
+    /// top-level one there only since 0.32.
+    pub fn kv_params_in_sampling_params(self) -> bool {
+        self == ApiKind::Generate
+    }
+
     /// The token-limit fields a prefill leg sets to 1 (design.md §5.2); the first is set even
     /// when the client gave none, the others only when present. `min_tokens` is removed.
     pub fn token_limit_fields(self) -> &'static [&'static str] {

@@ -453,25 +453,18 @@ impl<'de: 'a, 'a> Deserialize<'de> for Scalar<'a> {
     }
 }
 
-/// `usage` of a completion response. Also read from the Anthropic and Responses forms
-/// (`input_tokens`, `output_tokens`, `input_tokens_details`), whose total may be absent.
+/// `usage` of a completion response (read from every API's form by
+/// [`crate::usage_reader`]).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Usage {
     /// Prompt length in tokens.
-    #[serde(alias = "input_tokens", default)]
     pub prompt_tokens: u32,
     /// Generated tokens.
-    #[serde(alias = "output_tokens", default)]
     pub completion_tokens: u32,
     /// prompt + completion.
-    #[serde(default)]
     pub total_tokens: u32,
     /// Cached prompt tokens (vLLM `prompt_tokens_details.cached_tokens`).
-    #[serde(
-        alias = "input_tokens_details",
-        default,
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prompt_tokens_details: Option<PromptTokensDetails>,
 }
 

@@ -14,14 +14,32 @@ pub const MAX_JSON_BYTES: usize = 4 << 20;
 /// in `message` (Anthropic `message_start`) or in `response` (Responses `response.completed`).
 #[derive(serde::Deserialize)]
 struct WithUsage {
-    usage: Option<Usage>,
+    usage: Option<WireUsage>,
     message: Option<Nested>,
     response: Option<Nested>,
 }
 
 #[derive(serde::Deserialize)]
 struct Nested {
-    usage: Option<Usage>,
+    usage: Option<WireUsage>,
+}
+
+/// `usage` in any API's form: OpenAI's names; Anthropic's and Responses' (`input_tokens`,
+/// `output_tokens`, `input_tokens_details`), whose total may be absent; and Anthropic's cache
+/// counts, which its `input_tokens` leaves out (`input_tokens` + `cache_read_input_tokens` +
+/// `cache_creation_input_tokens` is the prompt, as vLLM 0.32 reports it).
+#[derive(serde::Deserialize)]
+struct WireUsage {
+    #[serde(alias = "input_tokens", default)]
+    prompt_tokens: u32,
+    #[serde(alias = "output_tokens", default)]
+    completion_tokens: u32,
+    #[serde(default)]
+    total_tokens: u32,
+    #[serde(alias = "input_tokens_details", default)]
+    prompt_tokens_details: Option<crate::openai::PromptTokensDetails>,
+    cache_read_input_tokens: Option<u32>,
+    cache_creation_input_tokens: Option<u32>,
 }
 
 impl WithUsage {
@@ -30,12 +48,22 @@ impl WithUsage {
             .usage
             .or(self.message.and_then(|m| m.usage))
             .or(self.response.and_then(|r| r.usage))?;
+        let read = u.cache_read_input_tokens.unwrap_or(0);
+        let prompt = u.prompt_tokens + read + u.cache_creation_input_tokens.unwrap_or(0);
+        let details = match u.cache_read_input_tokens {
+            Some(cached) => Some(crate::openai::PromptTokensDetails {
+                cached_tokens: cached,
+            }),
+            None => u.prompt_tokens_details,
+        };
         Some(Usage {
+            prompt_tokens: prompt,
+            completion_tokens: u.completion_tokens,
             total_tokens: match u.total_tokens {
-                0 => u.prompt_tokens + u.completion_tokens,
+                0 => prompt + u.completion_tokens,
                 t => t,
             },
-            ..u
+            prompt_tokens_details: details,
         })
     }
 }
@@ -159,5 +187,14 @@ mod tests {
             (4, 3, 7)
         );
         assert_eq!(u.prompt_tokens_details.unwrap().cached_tokens, 2);
+        // Anthropic's `input_tokens` leaves the cache reads out.
+        let mut r = UsageReader::new(false);
+        r.push(b"{\"type\":\"message\",\"usage\":{\"input_tokens\":4,\"output_tokens\":3,\"cache_read_input_tokens\":16}}");
+        let u = r.finish().expect("usage");
+        assert_eq!(
+            (u.prompt_tokens, u.completion_tokens, u.total_tokens),
+            (20, 3, 23)
+        );
+        assert_eq!(u.prompt_tokens_details.unwrap().cached_tokens, 16);
     }
 }

@@ -1,10 +1,10 @@
 //! Phase bodies of the P/D KV handoff (design.md §5.2), for either [`KvConnector`].
 
-use crate::json_patch::{patch_object, Edit};
+use crate::json_patch::{self, patch_object, Edit};
 use crate::kv_connector::KvConnector;
 use bytes::Bytes;
 use pdgate_api::media::EC_TRANSFER_PARAMS;
-use pdgate_api::InferenceRequest;
+use pdgate_api::{InferenceRequest, RawObject};
 use serde_json::{Map, Value};
 
 /// Field name of the handoff object in request and response bodies.
@@ -20,26 +20,51 @@ pub fn prefill_bytes(req: &InferenceRequest, ec: &[Value], connector: KvConnecto
     let ec_json = encoder_json(ec);
     let limits = token_limit_edits(req);
     let mut edits = vec![
-        Edit::Set(KV_TRANSFER_PARAMS, kv.as_bytes()),
         Edit::Set("stream", b"false"),
         Edit::Remove("stream_options"),
     ];
-    let nested;
-    match req.kind.token_limit_parent() {
-        None => edits.extend(limits),
-        Some(parent) => {
-            // The limits live in an object (generate's `sampling_params`): patched alike, set
-            // whole. The parse checked it is an object; an unreadable one is left as sent.
-            if let Some(Ok(obj)) = req.body.object(parent) {
-                nested = patch_object(&obj, &limits);
-                edits.push(Edit::Set(parent, &nested));
-            }
+    let sampling;
+    match () {
+        _ if !req.kind.kv_params_in_sampling_params() => {
+            edits.push(Edit::Set(KV_TRANSFER_PARAMS, kv.as_bytes()));
+            edits.extend(limits);
+        }
+        // Generate: the limits and the handoff live in `sampling_params`.
+        _ => {
+            sampling = sampling_params(req, &limits, kv.as_bytes());
+            edits.push(Edit::Set(SAMPLING_PARAMS, &sampling));
         }
     }
     if let Some(e) = &ec_json {
         edits.push(Edit::Set(EC_TRANSFER_PARAMS, e.as_bytes()));
     }
     Bytes::from(patch_object(&req.body, &edits))
+}
+
+const SAMPLING_PARAMS: &str = "sampling_params";
+
+/// Generate's `sampling_params` with `edits` applied and `kv` (JSON) set as
+/// `extra_args.kv_transfer_params` (see [`pdgate_api::ApiKind::kv_params_in_sampling_params`]),
+/// each object created when absent; the other values byte for byte.
+fn sampling_params(req: &InferenceRequest, edits: &[Edit<'_>], kv: &[u8]) -> Vec<u8> {
+    // The parse checked `sampling_params` is an object; `extra_args` may be anything.
+    let object = |raw: Option<&str>| match raw {
+        Some(r) if r.starts_with('{') => r.to_string(),
+        _ => "{}".to_string(),
+    };
+    let sp = object(req.body.raw(SAMPLING_PARAMS));
+    let extra = RawObject::parse(Bytes::from(sp.clone()))
+        .ok()
+        .and_then(|o| o.raw("extra_args").map(str::to_string));
+    // Patching a JSON object cannot fail; an empty value would be refused by the engine.
+    let extra = json_patch::patch(
+        object(extra.as_deref()).as_bytes(),
+        &[Edit::Set(KV_TRANSFER_PARAMS, kv)],
+    )
+    .unwrap_or_default();
+    let mut all = edits.to_vec();
+    all.push(Edit::Set("extra_args", &extra));
+    json_patch::patch(sp.as_bytes(), &all).unwrap_or_default()
 }
 
 /// The token-limit edits of a prefill leg (design.md §5.2; llm-d's P/D sidecar): `min_tokens`
@@ -68,6 +93,13 @@ pub fn decode_bytes(
     let kv = connector.decode_params(kv);
     // Serializing a Map of Values cannot fail.
     let kv_json = serde_json::to_vec(&kv).unwrap_or_default();
+    if req.kind.kv_params_in_sampling_params() {
+        let sampling = sampling_params(req, &[], &kv_json);
+        return Bytes::from(patch_object(
+            &req.body,
+            &[Edit::Set(SAMPLING_PARAMS, &sampling)],
+        ));
+    }
     Bytes::from(patch_object(
         &req.body,
         &[Edit::Set(KV_TRANSFER_PARAMS, &kv_json)],
@@ -150,7 +182,17 @@ mod tests {
         );
         assert_eq!(
             std::str::from_utf8(&prefill_bytes(&r, &[], KvConnector::SharedStorage)).unwrap(),
-            r#"{"token_ids":[1,2],"sampling_params":{"temperature":0,"max_tokens":1},"stream":false,"kv_transfer_params":{"do_remote_decode":true,"do_remote_prefill":false}}"#
+            r#"{"token_ids":[1,2],"sampling_params":{"temperature":0,"max_tokens":1,"extra_args":{"kv_transfer_params":{"do_remote_decode":true,"do_remote_prefill":false}}},"stream":false}"#
+        );
+        let kv =
+            kv_params_from_prefill(br#"{"kv_transfer_params":{"remote_engine_id":"e"}}"#).unwrap();
+        let r = parse(
+            ApiKind::Generate,
+            r#"{"token_ids":[1],"sampling_params":{"max_tokens":9,"extra_args":{"x":1}},"stream":true}"#,
+        );
+        assert_eq!(
+            std::str::from_utf8(&decode_bytes(&r, kv, KvConnector::Nixl)).unwrap(),
+            r#"{"token_ids":[1],"sampling_params":{"max_tokens":9,"extra_args":{"x":1,"kv_transfer_params":{"do_remote_decode":false,"do_remote_prefill":true,"remote_engine_id":"e"}}},"stream":true}"#
         );
         let r = parse(
             ApiKind::Responses,

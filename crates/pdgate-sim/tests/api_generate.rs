@@ -166,3 +166,40 @@ async fn bad_bodies_are_400_naming_the_field() {
     .await;
     assert_eq!(w.stats().generate, 0);
 }
+
+#[tokio::test]
+async fn the_handoff_is_also_read_from_sampling_params_extra_args() {
+    // llm-d's coordinator sends generate's KV params in `sampling_params.extra_args` (vLLM
+    // reads them there on every version).
+    let p = worker_rev("prefill-0", "prefill", "r").await;
+    let d = worker_rev("decode-0", "decode", "r").await;
+    let prompt = tokens(300, 40);
+    let nested = |max: u32, kv: Value| json!({"token_ids": prompt, "sampling_params": {"max_tokens": max, "extra_args": {"kv_transfer_params": kv}}});
+    let pre = post(
+        &p.url(),
+        "/inference/v1/generate",
+        nested(1, pdgate_api::KvTransferParams::prefill_request_json()),
+    )
+    .await;
+    assert_eq!(pre.status, 200, "{}", pre.body);
+    assert_eq!(
+        pre.body["kv_transfer_params"]["remote_engine_id"],
+        p.engine_id()
+    );
+    let dec = post(
+        &d.url(),
+        "/inference/v1/generate",
+        nested(5, decode_params(&pre.body)),
+    )
+    .await;
+    assert_eq!(dec.status, 200, "{}", dec.body);
+    assert_eq!(
+        dec.body["choices"][0]["token_ids"]
+            .as_array()
+            .unwrap()
+            .len(),
+        5
+    );
+    assert_split_counted(&p, &d, "generate");
+    assert_eq!(d.stats().prompt_tokens_external_kv_transfer, 40);
+}

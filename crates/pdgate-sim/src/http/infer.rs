@@ -134,8 +134,19 @@ async fn infer(w: Arc<Worker>, kind: ApiKind, headers: HeaderMap, body: Bytes) -
         let seed = tokenizer::output_seed(&tokenizer::prompt_tokens(&req.prompt));
         return encode::encode_leg(&w, &media, &request_id(&headers), seed).await;
     }
-    // ExampleConnector ignores kv_transfer_params, as vLLM's does.
-    let params = match req.body.get("kv_transfer_params") {
+    // ExampleConnector ignores kv_transfer_params, as vLLM's does. Generate also reads them
+    // from `sampling_params.extra_args`, where vLLM 0.32 copies a top-level one (which wins).
+    let nested = || {
+        req.body
+            .get("sampling_params")
+            .and_then(|sp| sp.get("extra_args")?.get("kv_transfer_params").cloned())
+            .filter(|_| kind.kv_params_in_sampling_params())
+    };
+    let given = match req.body.get("kv_transfer_params") {
+        None | Some(Value::Null) => nested(),
+        top => top,
+    };
+    let params = match given {
         _ if w.kv_storage.is_some() => None,
         None | Some(Value::Null) => None,
         Some(v) => match serde_json::from_value::<KvTransferParams>(v) {

@@ -146,22 +146,24 @@ async fn responses_and_generate_cap_their_own_token_limits_on_the_prefill_leg() 
     let (status, mode, _, text) = post(&r, "/inference/v1/generate", &client).await;
     assert_eq!((status, mode.as_str()), (200, "split"), "{text}");
     assert!(text.ends_with("data: [DONE]\n\n"));
+    // The handoff travels in `sampling_params.extra_args`, as llm-d sends it; the client's
+    // own copy there is gone.
     let pj = p.requests()[0].json();
     assert_eq!(
         pj["sampling_params"],
-        json!({"temperature": 0, "max_tokens": 1, "extra_args": {}}),
-        "the prefill caps sampling_params and the client's KV params are gone"
+        json!({"temperature": 0, "max_tokens": 1, "extra_args": {"kv_transfer_params":
+            {"do_remote_decode": true, "do_remote_prefill": false, "remote_engine_id": null,
+             "remote_block_ids": null, "remote_host": null, "remote_port": null}}}),
     );
-    assert_eq!(
-        (pj["stream"].clone(), pj["token_ids"].clone()),
-        (json!(false), json!(ids))
-    );
+    assert_eq!((pj["stream"].clone(), pj["token_ids"].clone()), (json!(false), json!(ids)));
+    assert!(pj.get("kv_transfer_params").is_none());
     let dj = d.requests()[0].json();
     assert_eq!(
         dj["sampling_params"],
-        json!({"temperature": 0, "max_tokens": 8, "min_tokens": 2, "extra_args": {}})
+        json!({"temperature": 0, "max_tokens": 8, "min_tokens": 2,
+            "extra_args": {"kv_transfer_params": kv_params()}})
     );
-    assert_eq!(dj["kv_transfer_params"], kv_params());
+    assert!(dj.get("kv_transfer_params").is_none());
     let m = support::metrics(&support::url(&r)).await;
     assert_eq!(
         support::metric(&m, "pdgate_client_fields_dropped_total{field=\"sampling_params.extra_args.kv_transfer_params\"}"),
