@@ -56,6 +56,8 @@ pub struct ServeOptions {
     pub upstream_pool: crate::upstream::PoolSettings,
     /// The encode step's contract and fan-out (`--ec-connector`, `--encode-max-parallel`).
     pub encode: pdgate_coordinator::EncodeSettings,
+    /// Steps run on each client request before its legs (`--render-address`).
+    pub pre_steps: crate::pre_steps::PreSteps,
 }
 
 /// The per-role routers a coordinator dispatches phases to over HTTP, each selecting its
@@ -121,6 +123,7 @@ impl ServeOptions {
             kv_connector: Default::default(),
             upstream_pool: Default::default(),
             encode: Default::default(),
+            pre_steps: Default::default(),
         }
     }
 }
@@ -171,6 +174,8 @@ pub struct AppState {
     pub kv_connector: pdgate_coordinator::KvConnector,
     /// The encode step's contract and fan-out.
     pub encode: pdgate_coordinator::EncodeSettings,
+    /// Steps run on each client request before its legs.
+    pub pre_steps: crate::pre_steps::PreSteps,
     /// Client requests being answered (draining waits for them).
     pub active: crate::active::ActiveRequests,
 }
@@ -441,6 +446,7 @@ pub async fn start_state(
         tokens,
         kv_connector: opts.kv_connector,
         encode: opts.encode,
+        pre_steps: opts.pre_steps,
         active: Default::default(),
     });
     Ok((state, tasks))
@@ -488,6 +494,7 @@ impl AppState {
             prefill_fallback: self.prefill_fallback,
             kv_connector: self.kv_connector,
             encode: self.encode,
+            pre_steps: self.pre_steps.clone(),
             active: self.active.clone(),
             client_limits: self.client_limits,
             connections: self.connections.clone(),

@@ -118,6 +118,9 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = pdgate_fleet::scrape::client::DEFAULT_POOL_IDLE_TIMEOUT.as_millis() as u64,
           value_parser = clap::value_parser!(u64).range(1..))]
     pub upstream_idle_timeout_ms: u64,
+    /// Coordinator steps run on each client request before its legs (`render`).
+    #[command(flatten)]
+    pub pre_steps: crate::pre_steps::PreStepArgs,
     /// llm-d's coordinator YAML (server, gateway, pipeline): run as that coordinator
     /// (`crate::coordinator_config`); its settings replace the flags they map to, which may
     /// then not be given too. `COORDINATOR_*` environment variables override it.
@@ -128,6 +131,9 @@ pub struct ServeArgs {
         "upstream_max_idle_per_host", "upstream_idle_timeout_ms", "shutdown_grace_ms",
         "client_header_timeout_ms", "client_body_timeout_ms", "stream_head_timeout_secs",
         "leg_deadline_secs", "endpoints", "endpoint", "pool_name", "pod_selector",
+        "render_address", "render_timeout_ms", "render_max_idle_per_host",
+        "render_idle_timeout_ms", "render_max_total_tokens",
+        "render_max_total_placeholder_tokens",
     ])]
     pub coordinator_config: Option<PathBuf>,
 }
@@ -217,6 +223,7 @@ pub async fn run(mut args: ServeArgs) -> anyhow::Result<()> {
     opts.scrape_timeout = Duration::from_millis(args.scrape_timeout_ms.max(1));
     opts.resilience = args.resilience.settings();
     opts.kv_connector = args.kv_connector;
+    opts.pre_steps = args.pre_steps.steps().map_err(anyhow::Error::msg)?;
     opts.encode = pdgate_coordinator::EncodeSettings {
         connector: args.ec_connector,
         parallelism: args.encode_max_parallel,

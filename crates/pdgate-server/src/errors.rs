@@ -44,6 +44,17 @@ pub enum ApiError {
         /// Request path.
         path: String,
     },
+    /// A coordinator step run before the legs (`render`) failed; `status` is the step's
+    /// (400 for a limit, the render service's 4xx, 502, 504).
+    #[error("{message}")]
+    Step {
+        /// The llm-d step type.
+        step: &'static str,
+        /// Client status.
+        status: u16,
+        /// What failed.
+        message: String,
+    },
     /// No endpoint serves the model (404).
     #[error("model `{0}` does not exist")]
     ModelNotFound(String),
@@ -156,6 +167,9 @@ impl ApiError {
                 }
             },
             ApiError::BadHint(_) => StatusCode::BAD_REQUEST,
+            ApiError::Step { status, .. } => {
+                StatusCode::from_u16(*status).unwrap_or(StatusCode::BAD_GATEWAY)
+            }
             ApiError::Dropped { outcome, .. } => outcome
                 .client_answer()
                 .and_then(|(s, _)| StatusCode::from_u16(s).ok())

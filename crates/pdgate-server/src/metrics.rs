@@ -46,6 +46,9 @@ pub struct Metrics {
     /// `pdgate_stream_errors_total{kind}`: streams ended by an error event after streaming
     /// began (`idle`, `deadline`, `broken`, `engine_error`).
     pub stream_errors: IntCounterVec,
+    /// `pdgate_pre_steps_total{step, outcome}`: coordinator steps run on a request before its
+    /// legs (`render`), by outcome (`changed`, `unchanged`, `failed`).
+    pub pre_steps: IntCounterVec,
     /// `pdgate_client_fields_dropped_total{field}`: router-owned body fields
     /// (`kv_transfer_params`, `ec_transfer_params`) removed from client requests.
     pub client_fields_dropped: IntCounterVec,
@@ -194,6 +197,11 @@ impl Metrics {
             "Streams ended by an error event after streaming to the client began, by kind.",
             &["kind"],
         );
+        let pre_steps = counter_vec(
+            "pdgate_pre_steps_total",
+            "Coordinator steps run on a request before its legs, by step and outcome.",
+            &["step", "outcome"],
+        );
         let client_fields_dropped = counter_vec(
             "pdgate_client_fields_dropped_total",
             "Router-owned body fields removed from client requests, by field.",
@@ -325,6 +333,7 @@ impl Metrics {
             in_flight,
             conditional_decode,
             stream_errors,
+            pre_steps,
             client_fields_dropped,
             upstream_failures,
             prefill_fallbacks,

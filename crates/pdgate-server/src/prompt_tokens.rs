@@ -117,13 +117,19 @@ impl PromptTokens {
     }
 }
 
-/// The shared step: tokenizes `req`'s prompt when a token producer is configured.
+/// The shared step: a chat request rendered by a coordinator's `render` step carries its
+/// engine token ids (`tokens.token_ids`, [`crate::render_step`]), which are its prompt;
+/// otherwise tokenizes `req`'s prompt when a token producer is configured.
 pub async fn tokenize_prompt(
     tokens: Option<&PromptTokens>,
     req: &mut InferenceRequest,
     snapshot: &Snapshot,
     metrics: &Metrics,
 ) {
+    if let Some(ids) = crate::render_step::rendered_ids(req) {
+        req.prompt = PromptInput::Tokens(ids);
+        return;
+    }
     if let Some(t) = tokens {
         t.apply(req, snapshot, metrics).await;
     }

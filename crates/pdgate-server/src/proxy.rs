@@ -302,6 +302,8 @@ async fn run(
     let coordinator = state.routers.is_none() && profile.is_some();
     if !coordinator {
         drop_router_owned(state, &mut req);
+        // llm-d's coordinator steps before any leg (render): on a client's request only.
+        state.pre_steps.run(state, &mut req, rid).await?;
     }
     // This router schedules (per-role routers tokenize for themselves): the scheduler sees
     // the engine's token ids when a token-producer is configured.

@@ -22,6 +22,7 @@
 //! | `pipeline.forward_response_headers` | (pdgate's default list) | `--forward-response-headers` |
 //! | step `conditional-decode` | absent | `--conditional-decode` |
 //! | step `encode` (`max_parallel`, default 8; `ec-shared-storage` only) | absent | `--encode-router`, `--encode-max-parallel`, `--ec-connector` |
+//! | step `render` (`address` required; `timeout` 30s, `max_idle_conns_per_host` 100, `idle_conn_timeout` 90s, `max_total_tokens` 0, `max_total_placeholder_tokens` 0) | absent | `--render-address`, `--render-timeout-ms`, `--render-max-idle-per-host`, `--render-idle-timeout-ms`, `--render-max-total-tokens`, `--render-max-total-placeholder-tokens` |
 //!
 //! A zero duration means no timeout, as in Go (the flags' largest value, one year).
 //!
@@ -31,7 +32,7 @@
 //! `pipeline.steps` ([`ENV_KEYS`]). An empty variable is ignored.
 //!
 //! Refused at start, with a message naming the key: unknown keys, `kv-sglang`,
-//! `use_openai_format: false` (tokens-in legs), the `render` and `replace-media-urls` steps,
+//! `use_openai_format: false` (tokens-in legs), the `replace-media-urls` step,
 //! `ec-nixl` on an encode step, per-step connector or
 //! format overrides that differ from the pipeline's, `https` gateways, and steps out of order.
 
@@ -107,6 +108,8 @@ pub struct CoordinatorConfig {
     pub encode_max_parallel: Option<usize>,
     /// `pipeline.forward_response_headers`, when given.
     pub forward_response_headers: Option<Vec<String>>,
+    /// A `render` step is in the pipeline: its settings.
+    pub render: Option<steps::RenderSettings>,
 }
 
 /// The environment variables that override the file, and the key each overrides.
@@ -278,6 +281,15 @@ impl CoordinatorConfig {
         args.resilience.stream_head_timeout_secs = secs(self.gateway_timeout);
         args.kv_connector = self.kv_connector;
         args.conditional_decode = self.conditional_decode;
+        if let Some(r) = &self.render {
+            let flags = &mut args.pre_steps.render;
+            flags.render_address = Some(r.address.clone());
+            flags.render_timeout_ms = ms(r.timeout);
+            flags.render_max_idle_per_host = r.max_idle_per_host;
+            flags.render_idle_timeout_ms = ms(r.idle_timeout);
+            flags.render_max_total_tokens = r.max_total_tokens;
+            flags.render_max_total_placeholder_tokens = r.max_total_placeholder_tokens;
+        }
         if let Some(h) = &self.forward_response_headers {
             args.forward_response_headers = Some(if h.is_empty() {
                 vec![String::new()]
@@ -311,6 +323,17 @@ impl CoordinatorConfig {
             y += &format!("  forward_response_headers: [{}]\n", h.join(", "));
         }
         y += "  steps:\n";
+        if let Some(r) = &self.render {
+            y += &format!(
+                "  - type: render\n    params:\n      address: http://{}\n      timeout: {}\n      max_idle_conns_per_host: {}\n      idle_conn_timeout: {}\n      max_total_tokens: {}\n      max_total_placeholder_tokens: {}\n",
+                r.address,
+                d(r.timeout),
+                r.max_idle_per_host,
+                d(r.idle_timeout),
+                r.max_total_tokens,
+                r.max_total_placeholder_tokens,
+            );
+        }
         if self.conditional_decode {
             y += "  - type: conditional-decode\n";
         }
@@ -429,6 +452,7 @@ fn build(raw: &RawFile, steps: Option<&[Step]>) -> Result<CoordinatorConfig, (Ke
         steps::check_order(steps).map_err(|(i, m)| (i.map_or(Key::None, Key::Step), m))?;
     }
     let mut encode_max_parallel = None;
+    let mut render = None;
     for (i, step) in steps.iter().enumerate() {
         if let Some(why) = step.refusal() {
             return Err((Key::Step(i), why.to_string()));
@@ -483,6 +507,7 @@ fn build(raw: &RawFile, steps: Option<&[Step]>) -> Result<CoordinatorConfig, (Ke
                 }
                 encode_max_parallel = Some(n);
             }
+            Step::Render(r) => render = Some(r.settings().map_err(|m| (Key::Step(i), m))?),
             _ => {}
         }
     }
@@ -515,6 +540,7 @@ fn build(raw: &RawFile, steps: Option<&[Step]>) -> Result<CoordinatorConfig, (Ke
             .any(|s| matches!(s, Step::ConditionalDecode(_))),
         encode_max_parallel,
         forward_response_headers: raw.pipeline.forward_response_headers.clone(),
+        render,
     })
 }
 

@@ -4,8 +4,8 @@
 //! pdgate runs the steps in one fixed order, the order llm-d documents them in:
 //! `replace-media-urls` → `render` → `conditional-decode` → `encode` → `prefill` → `decode`.
 //! A pipeline listing them in another order, twice, or without `prefill` and `decode` is
-//! refused, naming the step. `replace-media-urls` and `render` are refused for now (see
-//! [`Step::refusal`]).
+//! refused, naming the step. `render` runs as `--render-address` ([`RenderSettings`]);
+//! `replace-media-urls` is refused for now (see [`Step::refusal`]).
 
 use serde::Deserialize;
 use serde_yaml_ng::Value;
@@ -71,6 +71,71 @@ pub struct Render {
     pub max_total_tokens: Option<i64>,
     /// Most image placeholder tokens (0 = unlimited).
     pub max_total_placeholder_tokens: Option<i64>,
+}
+
+/// The `render` step's settings, checked, llm-d's defaults filled in; they map onto the
+/// `--render-*` flags of `pdgate serve` ([`crate::render_step`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct RenderSettings {
+    /// The render service, `host:port`.
+    pub address: String,
+    /// Per call (zero: none).
+    pub timeout: std::time::Duration,
+    /// Idle connections kept to it.
+    pub max_idle_per_host: usize,
+    /// Idle connection lifetime.
+    pub idle_timeout: std::time::Duration,
+    /// Most prompt tokens (0 = unlimited).
+    pub max_total_tokens: usize,
+    /// Most placeholder tokens (0 = unlimited).
+    pub max_total_placeholder_tokens: usize,
+}
+
+impl Render {
+    /// The settings, with llm-d's defaults (timeout 30s, 100 idle connections kept 90s).
+    ///
+    /// Errors: no `address` (pdgate refuses at start what llm-d fails at request time), an
+    /// address that is not `http://host[:port]`, a bad duration, a negative number; each
+    /// naming the parameter.
+    pub fn settings(&self) -> Result<RenderSettings, String> {
+        use crate::render_step as d;
+        let address = match self.address.as_deref() {
+            Some(a) if !a.trim().is_empty() => super::parse::gateway_address(a.trim())
+                .map_err(|m| format!("address: {m}"))?,
+            _ => return Err("`address` is required: the render service's base URL, e.g. `http://rendering-service:8080`".into()),
+        };
+        let duration = |name: &str, v: &Option<String>, default_ms: u64| match v {
+            None => Ok(std::time::Duration::from_millis(default_ms)),
+            Some(t) => {
+                pdgate_scheduler::flow::duration::parse(t).map_err(|m| format!("{name}: {m}"))
+            }
+        };
+        let count = |name: &str, v: Option<i64>, default: usize| match v {
+            None => Ok(default),
+            Some(n) if n < 0 => Err(format!("{name} must be non-negative, got {n}")),
+            Some(n) => Ok(n as usize),
+        };
+        Ok(RenderSettings {
+            address,
+            timeout: duration("timeout", &self.timeout, d::DEFAULT_RENDER_TIMEOUT_MS)?,
+            max_idle_per_host: count(
+                "max_idle_conns_per_host",
+                self.max_idle_conns_per_host,
+                d::DEFAULT_RENDER_MAX_IDLE_PER_HOST,
+            )?,
+            idle_timeout: duration(
+                "idle_conn_timeout",
+                &self.idle_conn_timeout,
+                d::DEFAULT_RENDER_IDLE_TIMEOUT_MS,
+            )?,
+            max_total_tokens: count("max_total_tokens", self.max_total_tokens, 0)?,
+            max_total_placeholder_tokens: count(
+                "max_total_placeholder_tokens",
+                self.max_total_placeholder_tokens,
+                0,
+            )?,
+        })
+    }
 }
 
 /// Parameters of a step that only takes the wire format.
@@ -171,11 +236,6 @@ impl Step {
                 "step `replace-media-urls` (downloading image URLs into data: URIs) is not \
                  supported by pdgate yet: remove it, and send images as data: URIs or let the \
                  engines fetch their URLs",
-            ),
-            Step::Render(_) => Some(
-                "step `render` (tokenizing through a render service) is not supported by the \
-                 coordinator yet: remove it; pdgate's routers tokenize with the `token-producer` \
-                 plugin of their EndpointPickerConfig",
             ),
             _ => None,
         }

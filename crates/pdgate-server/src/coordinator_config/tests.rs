@@ -44,8 +44,8 @@ fn llm_d_sample_is_read_and_its_unsupported_steps_are_named() {
                 .unwrap()
         )
     );
-    // Without the two steps pdgate refuses, the sample loads as is.
-    let trimmed = cut_steps(&text, &["replace-media-urls", "render"]);
+    // Without the step pdgate refuses, the sample loads as is; its render step runs.
+    let trimmed = cut_steps(&text, &["replace-media-urls"]);
     let c = load(&trimmed).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(
         c,
@@ -65,7 +65,29 @@ fn llm_d_sample_is_read_and_its_unsupported_steps_are_named() {
             conditional_decode: false,
             encode_max_parallel: Some(8),
             forward_response_headers: None,
+            render: Some(steps::RenderSettings {
+                address: "rendering-service:8080".into(),
+                timeout: Duration::from_secs(30),
+                max_idle_per_host: 100,
+                idle_timeout: Duration::from_secs(90),
+                max_total_tokens: 0,
+                max_total_placeholder_tokens: 0,
+            }),
         }
+    );
+    // The flags the render step stands for.
+    let cli = Cli::parse_from(["t"]);
+    let mut args = cli.serve;
+    c.apply(&mut args);
+    let r = &args.pre_steps.render;
+    assert_eq!(
+        (
+            r.render_address.as_deref(),
+            r.render_timeout_ms,
+            r.render_max_idle_per_host,
+            r.render_idle_timeout_ms
+        ),
+        (Some("rendering-service:8080"), 30_000, 100, 90_000)
     );
 }
 
@@ -194,8 +216,16 @@ fn every_refusal_names_its_key_and_line() {
             "coord.yaml: line 4: pipeline.use_openai_format: `false` (tokens-in",
         ),
         (
-            "gateway:\n  address: http://gw\npipeline:\n  steps:\n  - type: render\n    params:\n      address: http://r\n  - type: prefill\n  - type: decode\n",
-            "coord.yaml: line 5: pipeline.steps[0] (`render`): step `render` (tokenizing through a render service) is not supported",
+            "gateway:\n  address: http://gw\npipeline:\n  steps:\n  - type: render\n    params:\n      timeout: 5s\n  - type: prefill\n  - type: decode\n",
+            "coord.yaml: line 5: pipeline.steps[0] (`render`): `address` is required: the render service's base URL",
+        ),
+        (
+            "gateway:\n  address: http://gw\npipeline:\n  steps:\n  - type: render\n    params:\n      address: http://r\n      max_total_tokens: -1\n  - type: prefill\n  - type: decode\n",
+            "coord.yaml: line 5: pipeline.steps[0] (`render`): max_total_tokens must be non-negative, got -1",
+        ),
+        (
+            "gateway:\n  address: http://gw\npipeline:\n  steps:\n  - type: render\n    params:\n      address: https://r\n  - type: prefill\n  - type: decode\n",
+            "coord.yaml: line 5: pipeline.steps[0] (`render`): address: `https://r`: https",
         ),
         (
             "gateway:\n  address: http://gw\npipeline:\n  steps:\n  - type: encode\n    params:\n      ec_connector: ec-nixl\n  - type: prefill\n  - type: decode\n",
@@ -239,8 +269,12 @@ fn coordinator_files_are_told_from_endpoint_picker_configs() {
 
 #[test]
 fn the_effective_file_loads_to_the_same_settings() {
-    let yaml = "server:\n  listen_addr: \"[::1]:9\"\ngateway:\n  address: http://gw:8081\npipeline:\n  forward_response_headers: [x-a]\n  steps:\n  - type: conditional-decode\n  - type: prefill\n  - type: decode\n";
+    let yaml = "server:\n  listen_addr: \"[::1]:9\"\ngateway:\n  address: http://gw:8081\npipeline:\n  forward_response_headers: [x-a]\n  steps:\n  - type: render\n    params:\n      address: http://r:1\n      timeout: 2s\n      max_total_tokens: 4096\n  - type: conditional-decode\n  - type: prefill\n  - type: decode\n";
     let c = load(yaml).unwrap();
+    assert_eq!(
+        c.render.as_ref().map(|r| (r.timeout, r.max_total_tokens)),
+        Some((Duration::from_secs(2), 4096))
+    );
     let again = load(&c.effective_yaml()).unwrap_or_else(|e| panic!("{e}\n{}", c.effective_yaml()));
     assert_eq!(again, c);
     assert!(c

@@ -155,7 +155,10 @@ async fn responses_and_generate_cap_their_own_token_limits_on_the_prefill_leg() 
             {"do_remote_decode": true, "do_remote_prefill": false, "remote_engine_id": null,
              "remote_block_ids": null, "remote_host": null, "remote_port": null}}}),
     );
-    assert_eq!((pj["stream"].clone(), pj["token_ids"].clone()), (json!(false), json!(ids)));
+    assert_eq!(
+        (pj["stream"].clone(), pj["token_ids"].clone()),
+        (json!(false), json!(ids))
+    );
     assert!(pj.get("kv_transfer_params").is_none());
     let dj = d.requests()[0].json();
     assert_eq!(
@@ -259,4 +262,89 @@ async fn router_errors_and_broken_streams_take_each_apis_form() {
         "event: message_start\ndata: {\"type\":\"message_start\"}\n\nevent: error\ndata: {\"error\":{\"message\":\"engine fell over\",\"type\":\"api_error\"},\"type\":\"error\"}\n\n"
     );
     assert_eq!(r.state.in_flight_total(), 0);
+}
+
+#[tokio::test]
+async fn the_render_step_sends_engine_token_ids_on_every_leg() {
+    // A simulator is the render service (vLLM's /v1/*/render); a fake engine records legs.
+    let sim = support::sim_worker(spec_both("render-0"), support::sim_config(100.0)).await;
+    let engine = fake_engine("/v1/completions", |_| {
+        axum::Json(json!({"id": "c", "choices": []})).into_response()
+    })
+    .await;
+    let chat_engine = fake_engine("/v1/chat/completions", |_| {
+        axum::Json(json!({"id": "c", "choices": []})).into_response()
+    })
+    .await;
+    let render = pdgate_server::render_step::RenderArgs {
+        render_address: Some(format!("http://{}", sim.addr())),
+        render_timeout_ms: 5_000,
+        render_max_idle_per_host: 4,
+        render_idle_timeout_ms: 1_000,
+        render_max_total_tokens: 5,
+        render_max_total_placeholder_tokens: 0,
+    };
+    let steps = pdgate_server::pre_steps::PreSteps {
+        render: render.step().unwrap(),
+    };
+    let r = pdgate_scenario::fleet::router_with(
+        vec![
+            Endpoint::new("e0", engine.addr.clone(), labels("decode", None)),
+            Endpoint::new("c0", chat_engine.addr.clone(), labels("decode", None)),
+        ],
+        DEFAULT_CONFIG_YAML,
+        |o| o.pre_steps = steps,
+    )
+    .await
+    .unwrap();
+    // What the engine's own tokenizer makes of the text.
+    let tok: Value = reqwest::Client::new()
+        .post(format!("{}/tokenize", sim.url()))
+        .json(&json!({"prompt": "alpha beta gamma"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let body = json!({"model": "pdgate-sim", "prompt": "alpha beta gamma", "max_tokens": 2});
+    let (status, _, _, text) = post(&r, "/v1/completions", &body).await;
+    assert_eq!(status, 200, "{text}");
+    let got = engine.requests();
+    assert_eq!(got.len() + chat_engine.requests().len(), 1, "one leg");
+    let leg = got
+        .first()
+        .map(|r| r.json())
+        .unwrap_or_else(|| chat_engine.requests()[0].json());
+    assert_eq!(
+        leg["prompt"], tok["tokens"],
+        "the leg carries the rendered ids"
+    );
+
+    // Over the limit: 400 naming it, no leg sent.
+    let long = json!({"model": "pdgate-sim", "prompt": "a b c d e f", "max_tokens": 2});
+    let (status, _, _, text) = post(&r, "/v1/completions", &long).await;
+    assert_eq!(status, 400, "{text}");
+    let v: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(v["error"]["message"], "too many total tokens: got 6, max 5");
+    assert_eq!(engine.requests().len() + chat_engine.requests().len(), 1);
+    let m = support::metrics(&support::url(&r)).await;
+    assert_eq!(
+        support::metric(
+            &m,
+            "pdgate_pre_steps_total{outcome=\"changed\",step=\"render\"}"
+        ),
+        1
+    );
+    assert_eq!(
+        support::metric(
+            &m,
+            "pdgate_pre_steps_total{outcome=\"failed\",step=\"render\"}"
+        ),
+        1
+    );
+}
+
+fn spec_both(name: &str) -> pdgate_sim::WorkerSpec {
+    support::spec(name, "both", None)
 }
