@@ -190,6 +190,28 @@ impl InferenceRequest {
     }
 }
 
+impl InferenceRequest {
+    /// The engine token ids a coordinator's `render` step attached to a chat request (llm-d's
+    /// `tokens: {"token_ids": [...]}` field), when it carries them (non-empty, each in `u32`).
+    pub fn rendered_token_ids(&self) -> Option<Vec<u32>> {
+        #[derive(Deserialize)]
+        struct Tokens {
+            token_ids: Vec<u32>,
+        }
+        if self.kind != ApiKind::ChatCompletions {
+            return None;
+        }
+        serde_json::from_str::<Tokens>(self.body.raw(RENDERED_TOKENS_FIELD)?)
+            .ok()
+            .map(|t| t.token_ids)
+            .filter(|t| !t.is_empty())
+    }
+}
+
+/// The body field a rendered chat request carries its token ids in (llm-d's coordinator
+/// `render` step: `{"token_ids": [...], "features": {...}}`).
+pub const RENDERED_TOKENS_FIELD: &str = "tokens";
+
 /// The output token limit of `kind` (see [`InferenceRequest::max_tokens`]).
 fn max_tokens(kind: ApiKind, body: &RawObject) -> Result<Option<u32>, RequestError> {
     match kind {

@@ -67,6 +67,48 @@ fn sampling_params(req: &InferenceRequest, edits: &[Edit<'_>], kv: &[u8]) -> Vec
     json_patch::patch(sp.as_bytes(), &all).unwrap_or_default()
 }
 
+/// The tokens-in prefill leg of a rendered chat request (llm-d coordinator
+/// `use_openai_format: false`, `pkg/coordinator/steps/prefill.go`), for
+/// `POST /inference/v1/generate`: `{"model", "token_ids": ids, "sampling_params":
+/// {"max_tokens": 1, "extra_args": {"kv_transfer_params": …}}, "stream": false}`, plus the
+/// render's `features` (multimodal hashes and placeholders), the client's `cache_salt` and
+/// `priority` when given, and the encoders' `ec_transfer_params` when there are any.
+pub fn tokens_in_prefill_bytes(
+    req: &InferenceRequest,
+    ids: &[u32],
+    ec: &[Value],
+    connector: KvConnector,
+) -> Bytes {
+    let mut body = Map::new();
+    if !req.model.is_empty() {
+        body.insert("model".into(), Value::from(req.model.as_str()));
+    }
+    body.insert("token_ids".into(), Value::from(ids));
+    let mut extra = Map::new();
+    extra.insert(KV_TRANSFER_PARAMS.into(), connector.prefill_params());
+    body.insert(
+        SAMPLING_PARAMS.into(),
+        serde_json::json!({"max_tokens": 1, "extra_args": extra}),
+    );
+    body.insert("stream".into(), Value::Bool(false));
+    let features = req
+        .body
+        .get(pdgate_api::openai::RENDERED_TOKENS_FIELD)
+        .and_then(|t| t.get("features").cloned());
+    if let Some(f) = features {
+        body.insert("features".into(), f);
+    }
+    for field in ["cache_salt", "priority"] {
+        if let Some(v) = req.body.get(field).filter(|v| !v.is_null()) {
+            body.insert(field.into(), v);
+        }
+    }
+    if !ec.is_empty() {
+        body.insert(EC_TRANSFER_PARAMS.into(), Value::Array(ec.to_vec()));
+    }
+    Bytes::from(Value::Object(body).to_string())
+}
+
 /// The token-limit edits of a prefill leg (design.md §5.2; llm-d's P/D sidecar): `min_tokens`
 /// removed, the API's first limit field ([`pdgate_api::ApiKind::token_limit_fields`]:
 /// `max_tokens` for completions, chat, messages and generate, `max_output_tokens` for
@@ -210,6 +252,28 @@ mod tests {
             json_of(&prefill_bytes(&r, &[], KvConnector::SharedStorage)),
             json!({"model":"m","max_tokens":1,"messages":[{"role":"user","content":"a"}],"stream":false,
                 "kv_transfer_params":{"do_remote_decode":true,"do_remote_prefill":false}})
+        );
+    }
+
+    #[test]
+    fn a_rendered_chat_request_prefills_tokens_in() {
+        let r = InferenceRequest::parse(
+            ApiKind::ChatCompletions,
+            br#"{"model":"m","messages":[{"role":"user","content":"hi"}],"stream":true,"max_tokens":9,"cache_salt":"s","tokens":{"token_ids":[4,5,6]}}"#,
+        )
+        .unwrap();
+        let ids = r.rendered_token_ids().unwrap();
+        assert_eq!(ids, [4, 5, 6]);
+        assert_eq!(
+            json_of(&tokens_in_prefill_bytes(
+                &r,
+                &ids,
+                &[],
+                KvConnector::SharedStorage
+            )),
+            json!({"model":"m","token_ids":[4,5,6],"stream":false,"cache_salt":"s",
+                "sampling_params":{"max_tokens":1,"extra_args":{"kv_transfer_params":
+                    {"do_remote_decode":true,"do_remote_prefill":false}}}})
         );
     }
 

@@ -9,7 +9,7 @@ use crate::kv_connector::KvConnector;
 use crate::phase_body;
 use bytes::Bytes;
 use http::{HeaderMap, HeaderValue};
-use pdgate_api::{headers, prefer, InferenceRequest, Phase};
+use pdgate_api::{headers, prefer, ApiKind, InferenceRequest, Phase};
 
 /// Where a request's legs go.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -31,6 +31,11 @@ pub struct Plan {
     pub kv_connector: KvConnector,
     /// The encode step's contract and fan-out.
     pub encode_settings: crate::EncodeSettings,
+    /// Tokens-in prefill (llm-d `use_openai_format: false`): a chat request that carries
+    /// rendered token ids ([`InferenceRequest::rendered_token_ids`]) sends its prefill leg to
+    /// `/inference/v1/generate` ([`phase_body::tokens_in_prefill_bytes`]); its decode leg
+    /// stays on the client's API.
+    pub tokens_in: bool,
 }
 
 /// The prefill-unavailable policy (`--prefill-fallback`): what a split request does when no
@@ -254,12 +259,23 @@ pub async fn run<D: Dispatcher>(
             .await
             .map(Outcome::Final);
     };
+    let rendered = req.rendered_token_ids().filter(|_| plan.tokens_in);
+    let (api, body) = match &rendered {
+        Some(ids) => (
+            ApiKind::Generate,
+            phase_body::tokens_in_prefill_bytes(req, ids, &ec, plan.kv_connector),
+        ),
+        None => (
+            req.kind,
+            phase_body::prefill_bytes(req, &ec, plan.kv_connector),
+        ),
+    };
     let leg = PhaseRequest {
         phase: Phase::Prefill,
         target: prefill.clone(),
-        api: req.kind,
+        api,
         headers: leg_headers(&trace.captured),
-        body: phase_body::prefill_bytes(req, &ec, plan.kv_connector),
+        body,
     };
     let resp = match dispatcher.dispatch(leg).await {
         Ok(r) => r,

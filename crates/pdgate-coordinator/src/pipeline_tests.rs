@@ -72,6 +72,7 @@ fn plan(prefill: Option<&str>, conditional: bool) -> Plan {
         prefill_fallback: PrefillFallback::Aggregated,
         kv_connector: KvConnector::Nixl,
         encode_settings: Default::default(),
+        tokens_in: false,
     }
 }
 

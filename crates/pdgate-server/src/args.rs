@@ -133,7 +133,7 @@ pub struct ServeArgs {
         "leg_deadline_secs", "endpoints", "endpoint", "pool_name", "pod_selector",
         "render_address", "render_timeout_ms", "render_max_idle_per_host",
         "render_idle_timeout_ms", "render_max_total_tokens",
-        "render_max_total_placeholder_tokens",
+        "render_max_total_placeholder_tokens", "tokens_in_prefill",
     ])]
     pub coordinator_config: Option<PathBuf>,
 }

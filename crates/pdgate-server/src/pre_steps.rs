@@ -17,6 +17,11 @@ pub struct PreStepArgs {
     /// The `render` step.
     #[command(flatten)]
     pub render: RenderArgs,
+    /// Send the prefill leg of a rendered chat request tokens-in, to
+    /// `/inference/v1/generate` (llm-d coordinator `pipeline.use_openai_format: false`); the
+    /// decode leg stays on `/v1/chat/completions`. Needs `--render-address`.
+    #[arg(long, requires = "render_address")]
+    pub tokens_in_prefill: bool,
 }
 
 /// The configured steps (none by default).
@@ -24,6 +29,8 @@ pub struct PreStepArgs {
 pub struct PreSteps {
     /// `render`, when `--render-address` is given.
     pub render: Option<RenderStep>,
+    /// `--tokens-in-prefill`.
+    pub tokens_in_prefill: bool,
 }
 
 impl PreStepArgs {
@@ -33,6 +40,7 @@ impl PreStepArgs {
     pub fn steps(&self) -> Result<PreSteps, String> {
         Ok(PreSteps {
             render: self.render.step()?,
+            tokens_in_prefill: self.tokens_in_prefill,
         })
     }
 }

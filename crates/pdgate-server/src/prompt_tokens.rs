@@ -118,7 +118,7 @@ impl PromptTokens {
 }
 
 /// The shared step: a chat request rendered by a coordinator's `render` step carries its
-/// engine token ids (`tokens.token_ids`, [`crate::render_step`]), which are its prompt;
+/// engine token ids ([`InferenceRequest::rendered_token_ids`], [`crate::render_step`]), which are its prompt;
 /// otherwise tokenizes `req`'s prompt when a token producer is configured.
 pub async fn tokenize_prompt(
     tokens: Option<&PromptTokens>,
@@ -126,7 +126,7 @@ pub async fn tokenize_prompt(
     snapshot: &Snapshot,
     metrics: &Metrics,
 ) {
-    if let Some(ids) = crate::render_step::rendered_ids(req) {
+    if let Some(ids) = req.rendered_token_ids() {
         req.prompt = PromptInput::Tokens(ids);
         return;
     }

@@ -338,6 +338,7 @@ async fn run(
             prefill_fallback: state.prefill_fallback,
             kv_connector: state.kv_connector,
             encode_settings: state.encode,
+            tokens_in: state.pre_steps.tokens_in_prefill,
         };
         let ctx = RequestContext::new(None, true);
         let dispatcher = RouterDispatch::new(state, &ctx, &req);
@@ -493,6 +494,7 @@ async fn run(
         prefill_fallback: state.prefill_fallback,
         kv_connector: state.kv_connector,
         encode_settings: state.encode,
+        tokens_in: state.pre_steps.tokens_in_prefill,
     };
     let ctx = RequestContext::new(Some(result), split);
     let dispatcher = EngineDispatch::new(state, &ctx, &req, decision.as_ref());

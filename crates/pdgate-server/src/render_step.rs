@@ -22,6 +22,7 @@
 use crate::upstream::{PoolSettings, Upstream};
 use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, Method};
+use pdgate_api::openai::RENDERED_TOKENS_FIELD as TOKENS_FIELD;
 use pdgate_api::{ApiKind, InferenceRequest, PromptInput};
 use pdgate_coordinator::json_patch::{patch_object, Edit};
 use pdgate_coordinator::FailureKind;
@@ -276,9 +277,6 @@ impl RenderStep {
     }
 }
 
-/// The body field a rendered chat request carries its token ids in (llm-d's).
-pub const TOKENS_FIELD: &str = "tokens";
-
 /// `(placeholder tokens, media items)` of render `features`: the summed
 /// `mm_placeholders.<modality>[].length` and the number of `mm_hashes`.
 fn placeholder_tokens(features: &Value) -> (usize, usize) {
@@ -297,22 +295,6 @@ fn placeholder_tokens(features: &Value) -> (usize, usize) {
         }),
         sum(features.get("mm_hashes"), &|_| 1),
     )
-}
-
-/// The token ids a rendered chat body carries (`tokens.token_ids`), if it carries them.
-pub fn rendered_ids(req: &InferenceRequest) -> Option<Vec<u32>> {
-    if req.kind != ApiKind::ChatCompletions {
-        return None;
-    }
-    let raw = req.body.raw(TOKENS_FIELD)?;
-    #[derive(Deserialize)]
-    struct Tokens {
-        token_ids: Vec<u32>,
-    }
-    serde_json::from_str::<Tokens>(raw)
-        .ok()
-        .map(|t| t.token_ids)
-        .filter(|t| !t.is_empty())
 }
 
 #[cfg(test)]

@@ -80,7 +80,7 @@ async fn completions_get_the_rendered_ids_as_prompt_and_chat_a_tokens_field() {
     want["tokens"] = json!({"token_ids": [1, 2, 3, 4]});
     assert_eq!(serde_json::from_slice::<Value>(&body).unwrap(), want);
     let rendered = InferenceRequest::parse(ApiKind::ChatCompletions, &body).unwrap();
-    assert_eq!(rendered_ids(&rendered), Some(vec![1, 2, 3, 4]));
+    assert_eq!(rendered.rendered_token_ids(), Some(vec![1, 2, 3, 4]));
     // The render service saw each whole body, on its path.
     let seen = seen.lock().unwrap().clone();
     assert_eq!(seen.len(), 2);

@@ -22,6 +22,7 @@
 //! | `pipeline.forward_response_headers` | (pdgate's default list) | `--forward-response-headers` |
 //! | step `conditional-decode` | absent | `--conditional-decode` |
 //! | step `encode` (`max_parallel`, default 8; `ec-shared-storage` only) | absent | `--encode-router`, `--encode-max-parallel`, `--ec-connector` |
+//! | `pipeline.use_openai_format` | true | `--tokens-in-prefill` when `false` (needs `render`; the prefill leg of a rendered chat request goes to `/inference/v1/generate`) |
 //! | step `render` (`address` required; `timeout` 30s, `max_idle_conns_per_host` 100, `idle_conn_timeout` 90s, `max_total_tokens` 0, `max_total_placeholder_tokens` 0) | absent | `--render-address`, `--render-timeout-ms`, `--render-max-idle-per-host`, `--render-idle-timeout-ms`, `--render-max-total-tokens`, `--render-max-total-placeholder-tokens` |
 //!
 //! A zero duration means no timeout, as in Go (the flags' largest value, one year).
@@ -32,7 +33,7 @@
 //! `pipeline.steps` ([`ENV_KEYS`]). An empty variable is ignored.
 //!
 //! Refused at start, with a message naming the key: unknown keys, `kv-sglang`,
-//! `use_openai_format: false` (tokens-in legs), the `replace-media-urls` step,
+//! `use_openai_format: false` without a `render` step, the `replace-media-urls` step,
 //! `ec-nixl` on an encode step, per-step connector or
 //! format overrides that differ from the pipeline's, `https` gateways, and steps out of order.
 
@@ -110,6 +111,8 @@ pub struct CoordinatorConfig {
     pub forward_response_headers: Option<Vec<String>>,
     /// A `render` step is in the pipeline: its settings.
     pub render: Option<steps::RenderSettings>,
+    /// `pipeline.use_openai_format: false`: rendered chat requests prefill tokens-in.
+    pub tokens_in: bool,
 }
 
 /// The environment variables that override the file, and the key each overrides.
@@ -290,6 +293,7 @@ impl CoordinatorConfig {
             flags.render_max_total_tokens = r.max_total_tokens;
             flags.render_max_total_placeholder_tokens = r.max_total_placeholder_tokens;
         }
+        args.pre_steps.tokens_in_prefill = self.tokens_in;
         if let Some(h) = &self.forward_response_headers {
             args.forward_response_headers = Some(if h.is_empty() {
                 vec![String::new()]
@@ -305,7 +309,7 @@ impl CoordinatorConfig {
     pub fn effective_yaml(&self) -> String {
         let d = |d: Duration| format!("{}ms", d.as_millis());
         let mut y = format!(
-            "log_level: {}\nserver:\n  listen_addr: \"{}:{}\"\n  read_timeout: {}\n  write_timeout: {}\n  shutdown_timeout: {}\n  max_request_body_size: {}\ngateway:\n  address: http://{}\n  max_idle_conns_per_host: {}\n  idle_conn_timeout: {}\n  timeout: {}\npipeline:\n  kv_connector: {}\n  use_openai_format: true\n",
+            "log_level: {}\nserver:\n  listen_addr: \"{}:{}\"\n  read_timeout: {}\n  write_timeout: {}\n  shutdown_timeout: {}\n  max_request_body_size: {}\ngateway:\n  address: http://{}\n  max_idle_conns_per_host: {}\n  idle_conn_timeout: {}\n  timeout: {}\npipeline:\n  kv_connector: {}\n  use_openai_format: {}\n",
             self.log_level,
             if self.host.contains(':') { format!("[{}]", self.host) } else { self.host.clone() },
             self.port,
@@ -318,6 +322,7 @@ impl CoordinatorConfig {
             d(self.idle_conn_timeout),
             d(self.gateway_timeout),
             self.kv_connector,
+            !self.tokens_in,
         );
         if let Some(h) = &self.forward_response_headers {
             y += &format!("  forward_response_headers: [{}]\n", h.join(", "));
@@ -440,11 +445,12 @@ fn build(raw: &RawFile, steps: Option<&[Step]>) -> Result<CoordinatorConfig, (Ke
     if !matches!(ec_connector, "" | "ec-shared-storage") {
         return Err((Key::Path("pipeline.ec_connector"), ec_refusal(ec_connector)));
     }
-    if raw.pipeline.use_openai_format == Some(false) {
+    let tokens_in = raw.pipeline.use_openai_format == Some(false);
+    if tokens_in && !steps.iter().any(|s| matches!(s, Step::Render(_))) && checked {
         return Err((
             Key::Path("pipeline.use_openai_format"),
-            "`false` (tokens-in `/inference/v1/generate` legs, which need a `render` step) is \
-             not supported by pdgate's coordinator yet: use `true`"
+            "`false` needs a `render` step: the tokens-in prefill leg sends the token ids \
+             render produces"
                 .into(),
         ));
     }
@@ -457,10 +463,14 @@ fn build(raw: &RawFile, steps: Option<&[Step]>) -> Result<CoordinatorConfig, (Ke
         if let Some(why) = step.refusal() {
             return Err((Key::Step(i), why.to_string()));
         }
-        if step.use_openai_format() == Some(false) {
+        if let Some(f) = step.use_openai_format().filter(|f| *f == tokens_in) {
             return Err((
                 Key::Step(i),
-                "`use_openai_format: false` (tokens-in legs) is not supported yet".into(),
+                format!(
+                    "`use_openai_format: {f}` differs from the pipeline's `{}`: pdgate applies \
+                     one format to the whole pipeline",
+                    !tokens_in
+                ),
             ));
         }
         match step {
@@ -541,6 +551,7 @@ fn build(raw: &RawFile, steps: Option<&[Step]>) -> Result<CoordinatorConfig, (Ke
         encode_max_parallel,
         forward_response_headers: raw.pipeline.forward_response_headers.clone(),
         render,
+        tokens_in,
     })
 }
 

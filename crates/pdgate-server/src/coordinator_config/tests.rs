@@ -65,6 +65,7 @@ fn llm_d_sample_is_read_and_its_unsupported_steps_are_named() {
             conditional_decode: false,
             encode_max_parallel: Some(8),
             forward_response_headers: None,
+            tokens_in: false,
             render: Some(steps::RenderSettings {
                 address: "rendering-service:8080".into(),
                 timeout: Duration::from_secs(30),
@@ -213,7 +214,7 @@ fn every_refusal_names_its_key_and_line() {
         ),
         (
             "gateway:\n  address: http://gw\npipeline:\n  use_openai_format: false\n  steps:\n  - type: prefill\n  - type: decode\n",
-            "coord.yaml: line 4: pipeline.use_openai_format: `false` (tokens-in",
+            "coord.yaml: line 4: pipeline.use_openai_format: `false` needs a `render` step",
         ),
         (
             "gateway:\n  address: http://gw\npipeline:\n  steps:\n  - type: render\n    params:\n      timeout: 5s\n  - type: prefill\n  - type: decode\n",
@@ -241,7 +242,7 @@ fn every_refusal_names_its_key_and_line() {
         ),
         (
             "gateway:\n  address: http://gw\npipeline:\n  steps:\n  - type: prefill\n  - type: decode\n    params:\n      use_openai_format: false\n",
-            "coord.yaml: line 6: pipeline.steps[1] (`decode`): `use_openai_format: false` (tokens-in legs) is not supported yet",
+            "coord.yaml: line 6: pipeline.steps[1] (`decode`): `use_openai_format: false` differs from the pipeline's `true`",
         ),
         (
             "gateway:\n  address: http://gw\npipeline:\n  steps:\n  - type: prefill\n  - type: decode\n    params:\n      kv_conector: kv-nixl\n",
@@ -269,7 +270,7 @@ fn coordinator_files_are_told_from_endpoint_picker_configs() {
 
 #[test]
 fn the_effective_file_loads_to_the_same_settings() {
-    let yaml = "server:\n  listen_addr: \"[::1]:9\"\ngateway:\n  address: http://gw:8081\npipeline:\n  forward_response_headers: [x-a]\n  steps:\n  - type: render\n    params:\n      address: http://r:1\n      timeout: 2s\n      max_total_tokens: 4096\n  - type: conditional-decode\n  - type: prefill\n  - type: decode\n";
+    let yaml = "server:\n  listen_addr: \"[::1]:9\"\ngateway:\n  address: http://gw:8081\npipeline:\n  use_openai_format: false\n  forward_response_headers: [x-a]\n  steps:\n  - type: render\n    params:\n      address: http://r:1\n      timeout: 2s\n      max_total_tokens: 4096\n  - type: conditional-decode\n  - type: prefill\n  - type: decode\n";
     let c = load(yaml).unwrap();
     assert_eq!(
         c.render.as_ref().map(|r| (r.timeout, r.max_total_tokens)),

@@ -286,6 +286,7 @@ async fn the_render_step_sends_engine_token_ids_on_every_leg() {
     };
     let steps = pdgate_server::pre_steps::PreSteps {
         render: render.step().unwrap(),
+        tokens_in_prefill: false,
     };
     let r = pdgate_scenario::fleet::router_with(
         vec![

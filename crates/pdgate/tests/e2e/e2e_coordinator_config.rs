@@ -149,6 +149,53 @@ async fn the_binary_runs_as_llm_d_coordinator_from_its_config_file() {
     );
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn render_and_tokens_in_prefill_from_the_coordinator_file() {
+    let dir = SharedDir::new();
+    let w = workers(&dir).await;
+    let gateway = support::router(endpoints(&w), DEFAULT_CONFIG_YAML).await;
+    fleet::wait_for_models(&gateway).await;
+    // The render service is an engine's own render endpoint (vLLM's /v1/*/render).
+    let file = TempPath::write(
+        "coordinator.yaml",
+        &format!(
+            "gateway:\n  address: http://{}\nserver:\n  listen_addr: \"127.0.0.1:0\"\npipeline:\n  kv_connector: kv-shared-storage\n  use_openai_format: false\n  steps:\n    - type: render\n      params:\n        address: http://{}\n        max_total_tokens: 100000\n    - type: prefill\n    - type: decode\n",
+            gateway.addr,
+            w[0].addr()
+        ),
+    );
+    let path = file.path().to_str().unwrap().to_string();
+    let coordinator = process::start(
+        &["serve"],
+        &["--coordinator-config", &path],
+        &[("RUST_LOG", "info")],
+        vec![file],
+        "pdgate serve listening on ",
+    );
+    let url = coordinator
+        .url
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_string();
+    let words: String = (0..300).map(|i| format!("w{i} ")).collect();
+    let chat = json!({"model": "pdgate-sim", "max_tokens": 3,
+        "messages": [{"role": "user", "content": words}]});
+    let r = support::send_to(&url, "/v1/chat/completions", &[], chat.to_string()).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.body["object"], "chat.completion");
+    // The prefill engine ran a tokens-in generate leg; the decode engine the chat request,
+    // loading the KV the prefill stored under the same token ids.
+    let (p, d) = (w[0].stats(), w[1].stats());
+    assert_eq!((p.generate, p.chat_completions), (1, 0), "{p:?}");
+    assert_eq!((d.generate, d.chat_completions), (0, 1), "{d:?}");
+    assert_eq!(p.kv_storage_stores, 1);
+    assert_eq!(
+        d.kv_storage_lookups,
+        BTreeMap::from([("hit".to_string(), 1)])
+    );
+}
+
 /// llm-d's sample coordinator file beside the checkout.
 fn path_of_sample() -> String {
     concat!(
