@@ -112,27 +112,13 @@ async fn the_binary_runs_as_llm_d_coordinator_from_its_config_file() {
     // The gateway: a pdgate router selecting its profile from the phase header.
     let gateway = support::router(endpoints(&w), DEFAULT_CONFIG_YAML).await;
     fleet::wait_for_models(&gateway).await;
-    let file = TempPath::write(
-        "coordinator.yaml",
+    let (_coordinator, url) = coordinator_from(
         &format!(
             "log_level: 2\nserver:\n  listen_addr: \"127.0.0.1:0\"\n  read_timeout: 10s\ngateway:\n  address: http://{}\n  timeout: 20s\npipeline:\n  kv_connector: kv-shared-storage\n  use_openai_format: true\n  steps:\n    - type: prefill\n    - type: decode\n",
             gateway.addr
         ),
-    );
-    let path = file.path().to_str().unwrap().to_string();
-    let coordinator = process::start(
-        &["serve"],
-        &["--coordinator-config", &path],
         &[("RUST_LOG", "info")],
-        vec![file],
-        "pdgate serve listening on ",
     );
-    let url = coordinator
-        .url
-        .split_whitespace()
-        .next()
-        .unwrap()
-        .to_string();
     let r = support::send(&url, &[], &support::body(0, 256, 4)).await;
     assert_eq!(r.status, 200, "{}", r.body);
     assert_eq!(r.body["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
@@ -156,28 +142,14 @@ async fn render_and_tokens_in_prefill_from_the_coordinator_file() {
     let gateway = support::router(endpoints(&w), DEFAULT_CONFIG_YAML).await;
     fleet::wait_for_models(&gateway).await;
     // The render service is an engine's own render endpoint (vLLM's /v1/*/render).
-    let file = TempPath::write(
-        "coordinator.yaml",
+    let (_coordinator, url) = coordinator_from(
         &format!(
             "gateway:\n  address: http://{}\nserver:\n  listen_addr: \"127.0.0.1:0\"\npipeline:\n  kv_connector: kv-shared-storage\n  use_openai_format: false\n  steps:\n    - type: render\n      params:\n        address: http://{}\n        max_total_tokens: 100000\n    - type: prefill\n    - type: decode\n",
             gateway.addr,
             w[0].addr()
         ),
-    );
-    let path = file.path().to_str().unwrap().to_string();
-    let coordinator = process::start(
-        &["serve"],
-        &["--coordinator-config", &path],
         &[("RUST_LOG", "info")],
-        vec![file],
-        "pdgate serve listening on ",
     );
-    let url = coordinator
-        .url
-        .split_whitespace()
-        .next()
-        .unwrap()
-        .to_string();
     let words: String = (0..300).map(|i| format!("w{i} ")).collect();
     let chat = json!({"model": "pdgate-sim", "max_tokens": 3,
         "messages": [{"role": "user", "content": words}]});
@@ -194,6 +166,22 @@ async fn render_and_tokens_in_prefill_from_the_coordinator_file() {
         d.kv_storage_lookups,
         BTreeMap::from([("hit".to_string(), 1)])
     );
+}
+
+/// The real binary run as llm-d's coordinator from the file `yaml`, with `env`; the process
+/// and its URL.
+fn coordinator_from(yaml: &str, env: &[(&str, &str)]) -> (process::Served, String) {
+    let file = TempPath::write("coordinator.yaml", yaml);
+    let path = file.path().to_str().unwrap().to_string();
+    let p = process::start(
+        &["serve"],
+        &["--coordinator-config", &path],
+        env,
+        vec![file],
+        "pdgate serve listening on ",
+    );
+    let url = p.url.split_whitespace().next().unwrap().to_string();
+    (p, url)
 }
 
 /// llm-d's sample coordinator file beside the checkout.
@@ -240,27 +228,13 @@ async fn slow_gateway() -> support::FakeEngine {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_coordinator_drains_its_running_streams_on_sigterm() {
     let gateway = slow_gateway().await;
-    let file = TempPath::write(
-        "coordinator.yaml",
+    let (mut coordinator, url) = coordinator_from(
         &format!(
             "server:\n  listen_addr: \"127.0.0.1:0\"\n  shutdown_timeout: 10s\ngateway:\n  address: http://{}\npipeline:\n  steps:\n  - type: prefill\n  - type: decode\n",
             gateway.addr
         ),
-    );
-    let path = file.path().to_str().unwrap().to_string();
-    let mut coordinator = process::start(
-        &["serve"],
-        &["--coordinator-config", &path],
         &[],
-        vec![file],
-        "pdgate serve listening on ",
     );
-    let url = coordinator
-        .url
-        .split_whitespace()
-        .next()
-        .unwrap()
-        .to_string();
     let mut body = support::body(0, 64, 8);
     body["stream"] = json!(true);
     let client = reqwest::Client::new();
@@ -335,27 +309,13 @@ async fn an_encode_step_hands_its_output_over_the_shared_storage() {
     let e = support::sim_worker(member("encode-0", "a", "encode"), cfg("ec_producer", false)).await;
     let gateway = support::router(endpoints([&p, &d, &e]), DEFAULT_CONFIG_YAML).await;
     fleet::wait_for_models(&gateway).await;
-    let file = TempPath::write(
-        "coordinator.yaml",
+    let (_coordinator, url) = coordinator_from(
         &format!(
             "server:\n  listen_addr: \"127.0.0.1:0\"\ngateway:\n  address: http://{}\npipeline:\n  kv_connector: kv-shared-storage\n  ec_connector: ec-shared-storage\n  steps:\n  - type: encode\n    params:\n      max_parallel: 2\n  - type: prefill\n  - type: decode\n",
             gateway.addr
         ),
-    );
-    let path = file.path().to_str().unwrap().to_string();
-    let coordinator = process::start(
-        &["serve"],
-        &["--coordinator-config", &path],
         &[],
-        vec![file],
-        "pdgate serve listening on ",
     );
-    let url = coordinator
-        .url
-        .split_whitespace()
-        .next()
-        .unwrap()
-        .to_string();
     // 40 words: past one 16-token block, so the prefill engine stores KV for decode.
     let question = "what differs between these pictures ".repeat(8);
     let body = json!({"model": "pdgate-sim", "max_tokens": 4, "messages": [{"role": "user", "content": [
