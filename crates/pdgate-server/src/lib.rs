@@ -29,6 +29,7 @@ pub mod leg_body;
 pub mod leg_send;
 pub mod listener;
 pub mod log_limit;
+pub mod media_urls;
 pub mod metrics;
 pub mod owned_filter;
 pub mod plugin_metrics;
