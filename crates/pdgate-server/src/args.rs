@@ -118,7 +118,8 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = pdgate_fleet::scrape::client::DEFAULT_POOL_IDLE_TIMEOUT.as_millis() as u64,
           value_parser = clap::value_parser!(u64).range(1..))]
     pub upstream_idle_timeout_ms: u64,
-    /// Coordinator steps run on each client request before its legs (`render`).
+    /// Coordinator steps run on each client request before its legs (`replace-media-urls`,
+    /// `render`).
     #[command(flatten)]
     pub pre_steps: crate::pre_steps::PreStepArgs,
     /// llm-d's coordinator YAML (server, gateway, pipeline): run as that coordinator
@@ -133,7 +134,9 @@ pub struct ServeArgs {
         "leg_deadline_secs", "endpoints", "endpoint", "pool_name", "pod_selector",
         "render_address", "render_timeout_ms", "render_max_idle_per_host",
         "render_idle_timeout_ms", "render_max_total_tokens",
-        "render_max_total_placeholder_tokens", "tokens_in_prefill",
+        "render_max_total_placeholder_tokens", "tokens_in_prefill", "replace_media_urls",
+        "media_download_timeout_ms", "media_max_concurrent_downloads", "media_max_entries",
+        "media_max_download_mib", "media_allow_private_networks", "media_allowed_domains",
     ])]
     pub coordinator_config: Option<PathBuf>,
 }

@@ -23,6 +23,7 @@
 //! | step `conditional-decode` | absent | `--conditional-decode` |
 //! | step `encode` (`max_parallel`, default 8; `ec-shared-storage` only) | absent | `--encode-router`, `--encode-max-parallel`, `--ec-connector` |
 //! | `pipeline.use_openai_format` | true | `--tokens-in-prefill` when `false` (needs `render`; the prefill leg of a rendered chat request goes to `/inference/v1/generate`) |
+//! | step `replace-media-urls` (`download_timeout` 10s, `max_concurrent_downloads` 10, `max_multimodal_entries` 0, `max_download_size` 10 MB, `allow_private_networks` false, `allowed_domains` any) | absent | `--replace-media-urls`, `--media-download-timeout-ms`, `--media-max-concurrent-downloads`, `--media-max-entries`, `--media-max-download-mib`, `--media-allow-private-networks`, `--media-allowed-domains` |
 //! | step `render` (`address` required; `timeout` 30s, `max_idle_conns_per_host` 100, `idle_conn_timeout` 90s, `max_total_tokens` 0, `max_total_placeholder_tokens` 0) | absent | `--render-address`, `--render-timeout-ms`, `--render-max-idle-per-host`, `--render-idle-timeout-ms`, `--render-max-total-tokens`, `--render-max-total-placeholder-tokens` |
 //!
 //! A zero duration means no timeout, as in Go (the flags' largest value, one year).
@@ -33,22 +34,24 @@
 //! `pipeline.steps` ([`ENV_KEYS`]). An empty variable is ignored.
 //!
 //! Refused at start, with a message naming the key: unknown keys, `kv-sglang`,
-//! `use_openai_format: false` without a `render` step, the `replace-media-urls` step,
+//! `use_openai_format: false` without a `render` step,
 //! `ec-nixl` on an encode step, per-step connector or
 //! format overrides that differ from the pipeline's, `https` gateways, and steps out of order.
 
+mod build;
 mod parse;
 pub mod raw;
 pub mod steps;
 
 use crate::args::ServeArgs;
-use parse::{gateway_address, key_line, listen_addr, set_from_env, step_line};
+use build::{build, Key};
+use parse::{key_line, set_from_env, step_line};
 use pdgate_coordinator::KvConnector;
 use pdgate_scheduler::config::ConfigErrors;
 use pdgate_scheduler::ConfigError;
-use raw::{GoDuration, RawFile};
+use raw::RawFile;
 use std::time::Duration;
-use steps::{Step, DEFAULT_ENCODE_MAX_PARALLEL};
+use steps::Step;
 
 /// Largest `encode.max_parallel` (`--encode-max-parallel`'s range).
 pub const MAX_ENCODE_PARALLEL: usize = 4096;
@@ -111,6 +114,8 @@ pub struct CoordinatorConfig {
     pub forward_response_headers: Option<Vec<String>>,
     /// A `render` step is in the pipeline: its settings.
     pub render: Option<steps::RenderSettings>,
+    /// A `replace-media-urls` step is in the pipeline: its settings.
+    pub media: Option<steps::MediaSettings>,
     /// `pipeline.use_openai_format: false`: rendered chat requests prefill tokens-in.
     pub tokens_in: bool,
 }
@@ -294,6 +299,16 @@ impl CoordinatorConfig {
             flags.render_max_total_placeholder_tokens = r.max_total_placeholder_tokens;
         }
         args.pre_steps.tokens_in_prefill = self.tokens_in;
+        if let Some(m) = &self.media {
+            let flags = &mut args.pre_steps.media;
+            flags.replace_media_urls = true;
+            flags.media_download_timeout_ms = ms(m.download_timeout);
+            flags.media_max_concurrent_downloads = m.max_concurrent_downloads;
+            flags.media_max_entries = m.max_entries;
+            flags.media_max_download_mib = m.max_download_mib;
+            flags.media_allow_private_networks = m.allow_private_networks;
+            flags.media_allowed_domains = m.allowed_domains.clone();
+        }
         if let Some(h) = &self.forward_response_headers {
             args.forward_response_headers = Some(if h.is_empty() {
                 vec![String::new()]
@@ -328,6 +343,17 @@ impl CoordinatorConfig {
             y += &format!("  forward_response_headers: [{}]\n", h.join(", "));
         }
         y += "  steps:\n";
+        if let Some(m) = &self.media {
+            y += &format!(
+                "  - type: replace-media-urls\n    params:\n      download_timeout: {}\n      max_concurrent_downloads: {}\n      max_multimodal_entries: {}\n      max_download_size: {}\n      allow_private_networks: {}\n      allowed_domains: [{}]\n",
+                d(m.download_timeout),
+                m.max_concurrent_downloads,
+                m.max_entries,
+                m.max_download_mib,
+                m.allow_private_networks,
+                m.allowed_domains.join(", "),
+            );
+        }
         if let Some(r) = &self.render {
             y += &format!(
                 "  - type: render\n    params:\n      address: http://{}\n      timeout: {}\n      max_idle_conns_per_host: {}\n      idle_conn_timeout: {}\n      max_total_tokens: {}\n      max_total_placeholder_tokens: {}\n",
@@ -364,195 +390,6 @@ pub fn log_filter(level: i64) -> &'static str {
         3 | 4 => "debug",
         _ => "trace",
     }
-}
-
-/// Why an `ec_connector` value is refused (only `ec-shared-storage` is spoken).
-fn ec_refusal(ec: &str) -> String {
-    match ec {
-        "ec-nixl" => "ec_connector `ec-nixl` (llm-d's map of NIXL descriptors by mm_hash) is not \
-                      supported: pdgate's coordinator speaks `ec-shared-storage` (vLLM \
-                      ECExampleConnector)"
-            .into(),
-        other => format!("unknown ec_connector `{other}`: use `ec-shared-storage`"),
-    }
-}
-
-/// Where an error points.
-#[derive(Clone, Copy)]
-enum Key {
-    Step(usize),
-    Path(&'static str),
-    None,
-}
-
-/// The settings of `raw`; `steps` are its parsed steps, `None` when one did not parse (the
-/// step checks are then skipped; the parse errors are reported).
-fn build(raw: &RawFile, steps: Option<&[Step]>) -> Result<CoordinatorConfig, (Key, String)> {
-    let checked = steps.is_some();
-    let steps = steps.unwrap_or_default();
-    let d = |v: &Option<GoDuration>, default: Duration| v.map_or(default, |g| g.0);
-    let (host, port) = listen_addr(
-        raw.server
-            .listen_addr
-            .as_deref()
-            .unwrap_or(defaults::LISTEN_ADDR),
-    )
-    .map_err(|m| (Key::Path("server.listen_addr"), m))?;
-    let mib = match raw.server.max_request_body_size {
-        None | Some(0) => defaults::MAX_REQUEST_BODY_MIB,
-        Some(n) if n < 0 => {
-            return Err((
-                Key::Path("server.max_request_body_size"),
-                format!("must be positive (MiB), got {n}"),
-            ))
-        }
-        Some(n) if n > 1 << 20 => {
-            return Err((
-                Key::Path("server.max_request_body_size"),
-                format!("{n} MiB is more than 1 TiB"),
-            ))
-        }
-        Some(n) => n,
-    };
-    let gateway = match raw.gateway.address.as_deref() {
-        Some(a) => gateway_address(a).map_err(|m| (Key::Path("gateway.address"), m))?,
-        None => {
-            return Err((
-                Key::Path("gateway"),
-                "`gateway.address` is required: the base URL of the Inference Gateway, e.g. \
-                 `http://inference-gateway:80`"
-                    .into(),
-            ))
-        }
-    };
-    let idle = raw
-        .gateway
-        .max_idle_conns_per_host
-        .unwrap_or(defaults::MAX_IDLE_CONNS_PER_HOST);
-    if idle < 0 {
-        return Err((
-            Key::Path("gateway.max_idle_conns_per_host"),
-            format!("must not be negative, got {idle}"),
-        ));
-    }
-    let kv_connector: KvConnector = match raw.pipeline.kv_connector.as_deref() {
-        None | Some("") => KvConnector::SharedStorage,
-        Some(k) => k
-            .parse()
-            .map_err(|m| (Key::Path("pipeline.kv_connector"), m))?,
-    };
-    let ec_connector = raw.pipeline.ec_connector.as_deref().unwrap_or("");
-    if !matches!(ec_connector, "" | "ec-shared-storage") {
-        return Err((Key::Path("pipeline.ec_connector"), ec_refusal(ec_connector)));
-    }
-    let tokens_in = raw.pipeline.use_openai_format == Some(false);
-    if tokens_in && !steps.iter().any(|s| matches!(s, Step::Render(_))) && checked {
-        return Err((
-            Key::Path("pipeline.use_openai_format"),
-            "`false` needs a `render` step: the tokens-in prefill leg sends the token ids \
-             render produces"
-                .into(),
-        ));
-    }
-    if checked {
-        steps::check_order(steps).map_err(|(i, m)| (i.map_or(Key::None, Key::Step), m))?;
-    }
-    let mut encode_max_parallel = None;
-    let mut render = None;
-    for (i, step) in steps.iter().enumerate() {
-        if let Some(why) = step.refusal() {
-            return Err((Key::Step(i), why.to_string()));
-        }
-        if let Some(f) = step.use_openai_format().filter(|f| *f == tokens_in) {
-            return Err((
-                Key::Step(i),
-                format!(
-                    "`use_openai_format: {f}` differs from the pipeline's `{}`: pdgate applies \
-                     one format to the whole pipeline",
-                    !tokens_in
-                ),
-            ));
-        }
-        match step {
-            Step::Prefill(p) | Step::Decode(p) => {
-                if let Some(ec) = p.ec_connector.as_deref() {
-                    if ec != "ec-shared-storage" {
-                        return Err((Key::Step(i), ec_refusal(ec)));
-                    }
-                }
-                if let Some(k) = p.kv_connector.as_deref() {
-                    let k: KvConnector = k.parse().map_err(|m| (Key::Step(i), m))?;
-                    if k != kv_connector {
-                        return Err((
-                            Key::Step(i),
-                            format!(
-                                "kv_connector `{k}` differs from the pipeline's `{kv_connector}`: \
-                                 prefill and decode must speak one connector"
-                            ),
-                        ));
-                    }
-                }
-            }
-            Step::Encode(e) => {
-                let ec = e
-                    .ec_connector
-                    .as_deref()
-                    .filter(|c| !c.is_empty())
-                    .unwrap_or(if ec_connector.is_empty() {
-                        "ec-shared-storage"
-                    } else {
-                        ec_connector
-                    });
-                if ec != "ec-shared-storage" {
-                    return Err((Key::Step(i), ec_refusal(ec)));
-                }
-                let n = e
-                    .max_parallel
-                    .map_or(DEFAULT_ENCODE_MAX_PARALLEL, |n| n as usize);
-                if n > MAX_ENCODE_PARALLEL {
-                    return Err((
-                        Key::Step(i),
-                        format!("max_parallel must be at most {MAX_ENCODE_PARALLEL}, got {n}"),
-                    ));
-                }
-                encode_max_parallel = Some(n);
-            }
-            Step::Render(r) => render = Some(r.settings().map_err(|m| (Key::Step(i), m))?),
-            _ => {}
-        }
-    }
-    if let Some(h) = &raw.pipeline.forward_response_headers {
-        for (i, n) in h.iter().enumerate() {
-            let bad = |why: String| (Key::Path("pipeline.forward_response_headers"), why);
-            if n.trim().is_empty() {
-                return Err(bad(format!("entry {i} must not be empty")));
-            }
-            if http::HeaderName::from_bytes(n.trim().as_bytes()).is_err() {
-                return Err(bad(format!("entry {i} `{n}` is not a header name")));
-            }
-        }
-    }
-    Ok(CoordinatorConfig {
-        log_level: raw.log_level.unwrap_or(defaults::LOG_LEVEL),
-        host,
-        port,
-        read_timeout: d(&raw.server.read_timeout, defaults::READ_TIMEOUT),
-        write_timeout: d(&raw.server.write_timeout, defaults::WRITE_TIMEOUT),
-        shutdown_timeout: d(&raw.server.shutdown_timeout, defaults::SHUTDOWN_TIMEOUT),
-        max_request_body_bytes: (mib as usize) << 20,
-        gateway,
-        max_idle_per_host: idle as usize,
-        idle_conn_timeout: d(&raw.gateway.idle_conn_timeout, defaults::IDLE_CONN_TIMEOUT),
-        gateway_timeout: d(&raw.gateway.timeout, defaults::GATEWAY_TIMEOUT),
-        kv_connector,
-        conditional_decode: steps
-            .iter()
-            .any(|s| matches!(s, Step::ConditionalDecode(_))),
-        encode_max_parallel,
-        forward_response_headers: raw.pipeline.forward_response_headers.clone(),
-        render,
-        tokens_in,
-    })
 }
 
 #[cfg(test)]

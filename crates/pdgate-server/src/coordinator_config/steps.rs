@@ -4,8 +4,8 @@
 //! pdgate runs the steps in one fixed order, the order llm-d documents them in:
 //! `replace-media-urls` → `render` → `conditional-decode` → `encode` → `prefill` → `decode`.
 //! A pipeline listing them in another order, twice, or without `prefill` and `decode` is
-//! refused, naming the step. `render` runs as `--render-address` ([`RenderSettings`]);
-//! `replace-media-urls` is refused for now (see [`Step::refusal`]).
+//! refused, naming the step. `replace-media-urls` runs as `--replace-media-urls`
+//! ([`MediaSettings`]), `render` as `--render-address` ([`RenderSettings`]).
 
 use serde::Deserialize;
 use serde_yaml_ng::Value;
@@ -138,6 +138,82 @@ impl Render {
     }
 }
 
+/// The `replace-media-urls` step's settings, checked, llm-d's defaults filled in; they map
+/// onto the `--replace-media-urls` and `--media-*` flags ([`crate::media_urls`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct MediaSettings {
+    /// Per download (zero: none).
+    pub download_timeout: std::time::Duration,
+    /// Downloads at once.
+    pub max_concurrent_downloads: usize,
+    /// Most image parts per request (0 = unlimited).
+    pub max_entries: usize,
+    /// Most MiB per download.
+    pub max_download_mib: u64,
+    /// Allow RFC 1918 addresses.
+    pub allow_private_networks: bool,
+    /// Host names downloads may come from (empty: any).
+    pub allowed_domains: Vec<String>,
+}
+
+impl ReplaceMediaUrls {
+    /// The settings, with llm-d's defaults (10s, 10 at once, no entry limit, 10 MiB).
+    ///
+    /// Errors, naming the parameter: a bad duration, `max_concurrent_downloads` or
+    /// `max_download_size` not positive (or over pdgate's bounds), a negative
+    /// `max_multimodal_entries`.
+    pub fn settings(&self) -> Result<MediaSettings, String> {
+        use crate::media_urls as d;
+        let download_timeout = match &self.download_timeout {
+            None => std::time::Duration::from_millis(d::DEFAULT_DOWNLOAD_TIMEOUT_MS),
+            Some(t) => pdgate_scheduler::flow::duration::parse(t)
+                .map_err(|m| format!("download_timeout: {m}"))?,
+        };
+        let max_concurrent_downloads = match self.max_concurrent_downloads {
+            None => d::DEFAULT_MAX_CONCURRENT_DOWNLOADS,
+            Some(n) if (1..=4096).contains(&n) => n as usize,
+            Some(n) => {
+                return Err(format!(
+                    "max_concurrent_downloads must be positive (at most 4096), got {n}"
+                ))
+            }
+        };
+        let max_entries = match self.max_multimodal_entries {
+            None => d::DEFAULT_MAX_ENTRIES,
+            Some(n) if n >= 0 => n as usize,
+            Some(n) => {
+                return Err(format!(
+                    "max_multimodal_entries must be non-negative, got {n}"
+                ))
+            }
+        };
+        let max_download_mib = match self.max_download_size {
+            None => d::DEFAULT_MAX_DOWNLOAD_MIB,
+            Some(n) if n > 0 && (n as u64) <= d::MAX_DOWNLOAD_MIB => n as u64,
+            Some(n) => {
+                return Err(format!(
+                    "max_download_size must be positive (MB, at most {}), got {n}",
+                    d::MAX_DOWNLOAD_MIB
+                ))
+            }
+        };
+        Ok(MediaSettings {
+            download_timeout,
+            max_concurrent_downloads,
+            max_entries,
+            max_download_mib,
+            allow_private_networks: self.allow_private_networks.unwrap_or(false),
+            allowed_domains: self
+                .allowed_domains
+                .iter()
+                .flatten()
+                .map(|h| h.trim().to_ascii_lowercase())
+                .filter(|h| !h.is_empty())
+                .collect(),
+        })
+    }
+}
+
 /// Parameters of a step that only takes the wire format.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, expecting = "the step's params")]
@@ -226,18 +302,6 @@ impl Step {
             Step::Encode(_) => "encode",
             Step::Prefill(_) => "prefill",
             Step::Decode(_) => "decode",
-        }
-    }
-
-    /// Why pdgate cannot run this step yet, if it cannot.
-    pub fn refusal(&self) -> Option<&'static str> {
-        match self {
-            Step::ReplaceMediaUrls(_) => Some(
-                "step `replace-media-urls` (downloading image URLs into data: URIs) is not \
-                 supported by pdgate yet: remove it, and send images as data: URIs or let the \
-                 engines fetch their URLs",
-            ),
-            _ => None,
         }
     }
 

@@ -21,32 +21,13 @@ fn load(yaml: &str) -> Result<CoordinatorConfig, String> {
 const MINIMAL: &str = "gateway:\n  address: http://gw:8081\npipeline:\n  steps:\n  - type: prefill\n  - type: decode\n";
 
 #[test]
-fn llm_d_sample_is_read_and_its_unsupported_steps_are_named() {
+fn llm_d_sample_loads_as_is_with_every_step() {
     let path = concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/../../../shared/compat/llm-d/coordinator.yaml"
     );
     let text = std::fs::read_to_string(path).expect("../shared/compat/llm-d/coordinator.yaml");
-    let e = load(&text).unwrap_err();
-    // Every key parses; the first step pdgate does not run yet is named with its line.
-    let line = text
-        .lines()
-        .position(|l| l.trim() == "- type: replace-media-urls")
-        .unwrap()
-        + 1;
-    assert_eq!(
-        e.lines().next().unwrap(),
-        format!(
-            "coord.yaml: line {line}: pipeline.steps[0] (`replace-media-urls`): {}",
-            Step::parse("replace-media-urls", None)
-                .unwrap()
-                .refusal()
-                .unwrap()
-        )
-    );
-    // Without the step pdgate refuses, the sample loads as is; its render step runs.
-    let trimmed = cut_steps(&text, &["replace-media-urls"]);
-    let c = load(&trimmed).unwrap_or_else(|e| panic!("{e}"));
+    let c = load(&text).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(
         c,
         CoordinatorConfig {
@@ -66,6 +47,14 @@ fn llm_d_sample_is_read_and_its_unsupported_steps_are_named() {
             encode_max_parallel: Some(8),
             forward_response_headers: None,
             tokens_in: false,
+            media: Some(steps::MediaSettings {
+                download_timeout: Duration::from_secs(10),
+                max_concurrent_downloads: 10,
+                max_entries: 0,
+                max_download_mib: 10,
+                allow_private_networks: false,
+                allowed_domains: Vec::new(),
+            }),
             render: Some(steps::RenderSettings {
                 address: "rendering-service:8080".into(),
                 timeout: Duration::from_secs(30),
@@ -90,29 +79,6 @@ fn llm_d_sample_is_read_and_its_unsupported_steps_are_named() {
         ),
         (Some("rendering-service:8080"), 30_000, 100, 90_000)
     );
-}
-
-/// `yaml` without the step entries (and their indented bodies) of the given types.
-fn cut_steps(yaml: &str, types: &[&str]) -> String {
-    let mut out = String::new();
-    let mut skipping: Option<usize> = None;
-    for l in yaml.lines() {
-        let indent = l.len() - l.trim_start().len();
-        let t = l.trim_start();
-        if let Some(i) = skipping {
-            if t.is_empty() || t.starts_with('#') || indent > i {
-                continue;
-            }
-            skipping = None;
-        }
-        if types.iter().any(|ty| t == format!("- type: {ty}")) {
-            skipping = Some(indent);
-            continue;
-        }
-        out.push_str(l);
-        out.push('\n');
-    }
-    out
 }
 
 #[test]
@@ -217,6 +183,14 @@ fn every_refusal_names_its_key_and_line() {
             "coord.yaml: line 4: pipeline.use_openai_format: `false` needs a `render` step",
         ),
         (
+            "gateway:\n  address: http://gw\npipeline:\n  steps:\n  - type: replace-media-urls\n    params:\n      max_concurrent_downloads: 0\n  - type: prefill\n  - type: decode\n",
+            "coord.yaml: line 5: pipeline.steps[0] (`replace-media-urls`): max_concurrent_downloads must be positive",
+        ),
+        (
+            "gateway:\n  address: http://gw\npipeline:\n  steps:\n  - type: replace-media-urls\n    params:\n      max_multimodal_entries: -2\n      download_timeout: 10\n  - type: prefill\n  - type: decode\n",
+            "coord.yaml: line 5: pipeline.steps[0] (`replace-media-urls`): download_timeout: ",
+        ),
+        (
             "gateway:\n  address: http://gw\npipeline:\n  steps:\n  - type: render\n    params:\n      timeout: 5s\n  - type: prefill\n  - type: decode\n",
             "coord.yaml: line 5: pipeline.steps[0] (`render`): `address` is required: the render service's base URL",
         ),
@@ -270,7 +244,7 @@ fn coordinator_files_are_told_from_endpoint_picker_configs() {
 
 #[test]
 fn the_effective_file_loads_to_the_same_settings() {
-    let yaml = "server:\n  listen_addr: \"[::1]:9\"\ngateway:\n  address: http://gw:8081\npipeline:\n  use_openai_format: false\n  forward_response_headers: [x-a]\n  steps:\n  - type: render\n    params:\n      address: http://r:1\n      timeout: 2s\n      max_total_tokens: 4096\n  - type: conditional-decode\n  - type: prefill\n  - type: decode\n";
+    let yaml = "server:\n  listen_addr: \"[::1]:9\"\ngateway:\n  address: http://gw:8081\npipeline:\n  use_openai_format: false\n  forward_response_headers: [x-a]\n  steps:\n  - type: replace-media-urls\n    params:\n      max_multimodal_entries: 3\n      allowed_domains: [Images.Example.com]\n  - type: render\n    params:\n      address: http://r:1\n      timeout: 2s\n      max_total_tokens: 4096\n  - type: conditional-decode\n  - type: prefill\n  - type: decode\n";
     let c = load(yaml).unwrap();
     assert_eq!(
         c.render.as_ref().map(|r| (r.timeout, r.max_total_tokens)),

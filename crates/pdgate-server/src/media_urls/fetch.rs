@@ -4,8 +4,9 @@
 //! at most `max_download_bytes` of body. The whole of it, redirects included, runs under
 //! `download_timeout`, as llm-d's `http.Client.Timeout` does.
 //!
-//! No proxy is used (llm-d honours `HTTP(S)_PROXY`), and https is refused: pdgate-server has no
-//! TLS client crate among its dependencies (see [`MediaError::TlsUnavailable`]).
+//! No proxy is used (llm-d honours `HTTP(S)_PROXY`). https is spoken with rustls, checking the
+//! server's certificate against the system's root certificates (`rustls-native-certs`); a
+//! system without any fails https downloads with [`MediaError::TlsUnavailable`].
 
 use super::guard::{blocked, AddressPolicy, BlockReason, Target, TargetError};
 use super::{MediaError, MediaUrlSettings, PartLocation};
@@ -13,6 +14,7 @@ use bytes::Bytes;
 use http::{header, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Empty};
 use hyper::body::Incoming;
+use hyper::client::conn::http1::SendRequest;
 use hyper_util::rt::TokioIo;
 use std::net::{IpAddr, SocketAddr};
 use tokio::net::TcpStream;
@@ -123,12 +125,6 @@ async fn get(
     at: PartLocation,
     target: &Target,
 ) -> Result<(Response<Incoming>, ConnTask), MediaError> {
-    if target.https {
-        return Err(MediaError::TlsUnavailable {
-            at,
-            host: target.host.clone(),
-        });
-    }
     let addrs = resolve(settings, at, target).await?;
     let stream = connect(at, target, &addrs).await?;
     let transport = |e: hyper::Error| MediaError::Transport {
@@ -136,12 +132,13 @@ async fn get(
         host: target.host.clone(),
         detail: e.to_string(),
     };
-    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-        .await
-        .map_err(transport)?;
-    let task = ConnTask(tokio::spawn(async move {
-        let _ = conn.await;
-    }));
+    let (mut sender, task) = match target.https {
+        false => handshake(stream).await.map_err(transport)?,
+        true => {
+            let tls = tls_connect(at, target, stream).await?;
+            handshake(tls).await.map_err(transport)?
+        }
+    };
     let req = Request::get(target.path_and_query.as_str())
         .header(header::HOST, target.host_header.as_str())
         .header(header::USER_AGENT, "pdgate")
@@ -153,6 +150,70 @@ async fn get(
         })?;
     let resp = sender.send_request(req).await.map_err(transport)?;
     Ok((resp, task))
+}
+
+/// An HTTP/1 connection over `io`: its sender, and its task (aborted when dropped).
+async fn handshake<S>(io: S) -> Result<(SendRequest<Empty<Bytes>>, ConnTask), hyper::Error>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(io)).await?;
+    let task = ConnTask(tokio::spawn(async move {
+        let _ = conn.await;
+    }));
+    Ok((sender, task))
+}
+
+/// The TLS client config: the system's root certificates (`rustls-native-certs`), loaded
+/// once; `None` when the system has none.
+fn tls_config() -> Option<std::sync::Arc<tokio_rustls::rustls::ClientConfig>> {
+    static CONFIG: std::sync::OnceLock<Option<std::sync::Arc<tokio_rustls::rustls::ClientConfig>>> =
+        std::sync::OnceLock::new();
+    CONFIG
+        .get_or_init(|| {
+            let mut roots = tokio_rustls::rustls::RootCertStore::empty();
+            let found = rustls_native_certs::load_native_certs();
+            let (added, _) = roots.add_parsable_certificates(found.certs);
+            if added == 0 {
+                tracing::warn!("no system root certificates: https image downloads will fail");
+                return None;
+            }
+            let provider = tokio_rustls::rustls::crypto::ring::default_provider();
+            let config = tokio_rustls::rustls::ClientConfig::builder_with_provider(provider.into())
+                .with_safe_default_protocol_versions()
+                .ok()?
+                .with_root_certificates(roots)
+                .with_no_client_auth();
+            Some(std::sync::Arc::new(config))
+        })
+        .clone()
+}
+
+/// TLS over `stream` to `target.host`, its certificate checked against the system's roots.
+///
+/// Errors: no roots or a bad server name ([`MediaError::TlsUnavailable`]); a failed handshake
+/// (a bad certificate included) as [`MediaError::Transport`].
+async fn tls_connect(
+    at: PartLocation,
+    target: &Target,
+    stream: TcpStream,
+) -> Result<tokio_rustls::client::TlsStream<TcpStream>, MediaError> {
+    let unavailable = || MediaError::TlsUnavailable {
+        at,
+        host: target.host.clone(),
+    };
+    let config = tls_config().ok_or_else(unavailable)?;
+    let host = target.host.trim_start_matches('[').trim_end_matches(']');
+    let name = tokio_rustls::rustls::pki_types::ServerName::try_from(host.to_string())
+        .map_err(|_| unavailable())?;
+    tokio_rustls::TlsConnector::from(config)
+        .connect(name, stream)
+        .await
+        .map_err(|e| MediaError::Transport {
+            at,
+            host: target.host.clone(),
+            detail: format!("TLS: {e}"),
+        })
 }
 
 /// The addresses of the target that pass the guard, in resolver order. None passing: the

@@ -84,7 +84,7 @@ impl Default for MediaUrlSettings {
 }
 
 /// The flags of the step (flattened into `pdgate serve`).
-#[derive(Debug, Clone, clap::Args)]
+#[derive(Debug, Clone, PartialEq, clap::Args)]
 pub struct MediaUrlArgs {
     /// Download every http(s) image URL of a chat request and inline it as a data: URI before
     /// routing (llm-d's coordinator step replace-media-urls).
@@ -258,7 +258,7 @@ pub enum MediaError {
     },
     /// An https URL: this build has no TLS client (pdgate-server depends on no TLS crate).
     #[error(
-        "{at}: cannot download from {host:?}: https downloads are not supported by this build"
+        "{at}: cannot download from {host:?} over https: no system root certificates, or not a TLS server name"
     )]
     TlsUnavailable {
         /// The part.

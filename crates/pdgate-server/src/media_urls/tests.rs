@@ -274,9 +274,14 @@ async fn client_mistakes_are_refused_before_any_download() {
     };
     let e = not_allowed("127.0.0.1", false);
     refused(&listed, &format!("{base}/img.png"), e, 400).await;
-    let host = "images.example.com".to_string();
-    let e = MediaError::TlsUnavailable { at: AT, host };
-    refused(&s, "https://images.example.com/a.png", e, 502).await;
+    // https is spoken: to a plain-HTTP server the TLS handshake fails (502, said so).
+    let tls_url = format!("{}/img.png", base.replacen("http://", "https://", 1));
+    let e = run(&s, &chat(&tls_url)).await.unwrap_err();
+    assert!(
+        matches!(&e, MediaError::Transport { detail, .. } if detail.starts_with("TLS: ")),
+        "{e:?}"
+    );
+    assert_eq!(e.status(), 502);
     assert_eq!(
         gauge.most.load(Ordering::SeqCst),
         0,

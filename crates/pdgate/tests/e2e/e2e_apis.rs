@@ -272,10 +272,6 @@ async fn the_render_step_sends_engine_token_ids_on_every_leg() {
         axum::Json(json!({"id": "c", "choices": []})).into_response()
     })
     .await;
-    let chat_engine = fake_engine("/v1/chat/completions", |_| {
-        axum::Json(json!({"id": "c", "choices": []})).into_response()
-    })
-    .await;
     let render = pdgate_server::render_step::RenderArgs {
         render_address: Some(format!("http://{}", sim.addr())),
         render_timeout_ms: 5_000,
@@ -285,14 +281,16 @@ async fn the_render_step_sends_engine_token_ids_on_every_leg() {
         render_max_total_placeholder_tokens: 0,
     };
     let steps = pdgate_server::pre_steps::PreSteps {
+        media: None,
         render: render.step().unwrap(),
         tokens_in_prefill: false,
     };
     let r = pdgate_scenario::fleet::router_with(
-        vec![
-            Endpoint::new("e0", engine.addr.clone(), labels("decode", None)),
-            Endpoint::new("c0", chat_engine.addr.clone(), labels("decode", None)),
-        ],
+        vec![Endpoint::new(
+            "e0",
+            engine.addr.clone(),
+            labels("decode", None),
+        )],
         DEFAULT_CONFIG_YAML,
         |o| o.pre_steps = steps,
     )
@@ -312,13 +310,10 @@ async fn the_render_step_sends_engine_token_ids_on_every_leg() {
     let (status, _, _, text) = post(&r, "/v1/completions", &body).await;
     assert_eq!(status, 200, "{text}");
     let got = engine.requests();
-    assert_eq!(got.len() + chat_engine.requests().len(), 1, "one leg");
-    let leg = got
-        .first()
-        .map(|r| r.json())
-        .unwrap_or_else(|| chat_engine.requests()[0].json());
+    assert_eq!(got.len(), 1, "one leg");
     assert_eq!(
-        leg["prompt"], tok["tokens"],
+        got[0].json()["prompt"],
+        tok["tokens"],
         "the leg carries the rendered ids"
     );
 
@@ -328,7 +323,7 @@ async fn the_render_step_sends_engine_token_ids_on_every_leg() {
     assert_eq!(status, 400, "{text}");
     let v: Value = serde_json::from_str(&text).unwrap();
     assert_eq!(v["error"]["message"], "too many total tokens: got 6, max 5");
-    assert_eq!(engine.requests().len() + chat_engine.requests().len(), 1);
+    assert_eq!(engine.requests().len(), 1);
     let m = support::metrics(&support::url(&r)).await;
     assert_eq!(
         support::metric(
@@ -348,4 +343,69 @@ async fn the_render_step_sends_engine_token_ids_on_every_leg() {
 
 fn spec_both(name: &str) -> pdgate_sim::WorkerSpec {
     support::spec(name, "both", None)
+}
+
+#[tokio::test]
+async fn replace_media_urls_inlines_images_before_any_leg_and_refuses_loopback() {
+    // An image server on loopback (reachable only through the tests' seam).
+    let png: &'static [u8] = b"\x89PNG\r\n\x1a\nfake-image-bytes";
+    let images = fake_engine("/cat.png", move |_| {
+        ([(http::header::CONTENT_TYPE, "image/png")], png).into_response()
+    })
+    .await;
+    let engine = fake_engine("/v1/chat/completions", |_| {
+        axum::Json(json!({"id": "c", "choices": []})).into_response()
+    })
+    .await;
+    let router = |seam: bool| {
+        let eps = vec![Endpoint::new(
+            "e0",
+            engine.addr.clone(),
+            labels("decode", None),
+        )];
+        let media = pdgate_server::media_urls::MediaUrlSettings {
+            allow_loopback_for_tests: seam,
+            ..Default::default()
+        };
+        pdgate_scenario::fleet::router_with(eps, DEFAULT_CONFIG_YAML, move |o| {
+            o.pre_steps = pdgate_server::pre_steps::PreSteps {
+                media: Some(media),
+                ..Default::default()
+            }
+        })
+    };
+    let url = format!("http://{}/cat.png", images.addr);
+    let chat = json!({"model": "m", "messages": [{"role": "user", "content": [
+        {"type": "text", "text": "what is this?"},
+        {"type": "image_url", "image_url": {"url": url, "detail": "low"}}]}]});
+    let r = router(true).await.unwrap();
+    let (status, _, _, text) = post(&r, "/v1/chat/completions", &chat).await;
+    assert_eq!(status, 200, "{text}");
+    let leg = engine.requests()[0].json();
+    let mut want = chat.clone();
+    want["messages"][0]["content"][1]["image_url"]["url"] =
+        json!("data:image/png;base64,iVBORw0KGgpmYWtlLWltYWdlLWJ5dGVz");
+    assert_eq!(leg, want, "the engine got the image inline, `detail` kept");
+    assert_eq!(images.requests().len(), 1);
+
+    // Without the seam loopback is refused like any SSRF target: 400, no leg, no download.
+    let r = router(false).await.unwrap();
+    let (status, _, _, text) = post(&r, "/v1/chat/completions", &chat).await;
+    assert_eq!(status, 400, "{text}");
+    let msg = serde_json::from_str::<Value>(&text).unwrap()["error"]["message"].clone();
+    assert!(
+        msg.as_str()
+            .unwrap()
+            .starts_with("messages[0].content[1].image_url.url"),
+        "{msg}"
+    );
+    assert_eq!((engine.requests().len(), images.requests().len()), (1, 1));
+    let m = support::metrics(&support::url(&r)).await;
+    assert_eq!(
+        support::metric(
+            &m,
+            "pdgate_pre_steps_total{outcome=\"failed\",step=\"replace-media-urls\"}"
+        ),
+        1
+    );
 }

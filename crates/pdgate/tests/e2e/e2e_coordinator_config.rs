@@ -128,10 +128,28 @@ async fn the_binary_runs_as_llm_d_coordinator_from_its_config_file() {
         .args(["check-config", &path_of_sample()])
         .output()
         .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    // llm-d's sample loads as it ships, every step included.
+    let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
-        stderr.contains("pipeline.steps[0] (`replace-media-urls`): step `replace-media-urls`"),
-        "{stderr}"
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for step in [
+        "replace-media-urls",
+        "render",
+        "encode",
+        "prefill",
+        "decode",
+    ] {
+        assert!(
+            stdout.contains(&format!("- type: {step}\n")),
+            "{step}: {stdout}"
+        );
+    }
+    assert!(
+        stdout.contains("address: http://rendering-service:8080"),
+        "{stdout}"
     );
 }
 
