@@ -2,7 +2,8 @@
 //! model; `support::real_vllm`): aggregated routing of completions and chat, streamed and not;
 //! the engines' real `/metrics` read by pdgate; a prompt repeated through pdgate served from
 //! the engine's prefix cache; a prefill→decode split over NIXL, proven by the engines'
-//! counters. The KV-event checks (precise prefix routing) are in `e2e_real_vllm_kv.rs`.
+//! counters; the same split for Anthropic messages (streamed), responses and token-id
+//! generate, and tokenize/detokenize routed to an engine. The KV-event checks (precise prefix routing) are in `e2e_real_vllm_kv.rs`.
 //!
 //! The install (`tools/real-vllm/install.sh`) runs from the test, cached outside the repo; a
 //! failed install fails the test. `PDGATE_SKIP_REAL_VLLM=1` skips it with a loud banner (for
@@ -65,6 +66,7 @@ async fn real_vllm_aggregated_metrics_and_nixl_split_through_pdgate() {
     repeated_prompt_hits_the_engine_cache(&agg.url, &fleet).await;
     running_gauge_follows_a_stream(&agg.url).await;
     nixl_split(&split.url, &fleet.servers[0], &fleet.servers[1]).await;
+    other_apis_split(&split.url, &fleet.servers[0], &fleet.servers[1]).await;
 
     // After the traffic both routers still read both engines. A real scrape under load can
     // outlast pdgate's default timeout (3 s; one did with the machine at load 14 on 2 cores):
@@ -285,4 +287,135 @@ async fn nixl_split(url: &str, prefill: &VllmServer, decode: &VllmServer) {
             "64 KiB per block moved"
         );
     }
+}
+
+/// Prompt tokens the engines computed and received: `(prefill local_compute, decode
+/// external_kv_transfer, decode local_compute)` from their `/metrics`.
+async fn prompt_sources(prefill: &VllmServer, decode: &VllmServer) -> (f64, f64, f64) {
+    let by = |t: &str, src| counter(t, "vllm:prompt_tokens_by_source_total", &[("source", src)]);
+    let (p, d) = (prefill.metrics().await, decode.metrics().await);
+    (
+        by(&p, "local_compute"),
+        by(&d, "external_kv_transfer"),
+        by(&d, "local_compute"),
+    )
+}
+
+/// The APIs other than completions and chat through the splitting router against real vLLM:
+/// `/tokenize` and `/detokenize` answered by an engine; token-id `/inference/v1/generate`,
+/// a streamed Anthropic `/v1/messages` and `/v1/responses` split, each proven by the
+/// engines' counters (the decode engine receives the prompt over NIXL and computes none of
+/// it). vLLM reads generate's handoff from `sampling_params.extra_args`, where pdgate puts it.
+async fn other_apis_split(url: &str, prefill: &VllmServer, decode: &VllmServer) {
+    let prompt = text(5, 300);
+    let t = post(
+        url,
+        "/tokenize",
+        &[],
+        &json!({"model": MODEL, "prompt": prompt}),
+    )
+    .await;
+    assert_eq!(t.status, 200, "{}", t.text);
+    assert_eq!(t.served()[0], "aggregated");
+    let ids = t.json()["tokens"].clone();
+    let n = ids.as_array().unwrap().len() as f64;
+    assert!(n > 4.0 * BLOCK_SIZE as f64, "{n} tokens");
+    let d = post(
+        url,
+        "/detokenize",
+        &[],
+        &json!({"model": MODEL, "tokens": ids}),
+    )
+    .await;
+    assert_eq!(d.status, 200, "{}", d.text);
+    assert!(
+        d.json()["prompt"].as_str().unwrap().contains("s5w0"),
+        "{}",
+        d.text
+    );
+
+    let before = prompt_sources(prefill, decode).await;
+    let gen = json!({"model": MODEL, "token_ids": ids,
+        "sampling_params": {"max_tokens": 4, "temperature": 0, "ignore_eos": true}});
+    let g = post(url, "/inference/v1/generate", &[], &gen).await;
+    assert_eq!(g.status, 200, "{}", g.text);
+    assert_eq!(g.served(), ["split", "vllm-0", "vllm-1"]);
+    assert_eq!(
+        g.json()["choices"][0]["token_ids"]
+            .as_array()
+            .unwrap()
+            .len(),
+        4
+    );
+    let after = prompt_sources(prefill, decode).await;
+    assert_eq!(
+        after.0 - before.0,
+        n,
+        "generate: prefill computed the prompt"
+    );
+    assert_eq!(
+        after.1 - before.1,
+        n,
+        "generate: decode received it over NIXL"
+    );
+    assert_eq!(
+        after.2 - before.2,
+        0.0,
+        "generate: decode computed none of it"
+    );
+
+    let msg = json!({"model": MODEL, "max_tokens": 4, "stream": true, "system": "Be brief.",
+        "messages": [{"role": "user", "content": text(6, 300)}]});
+    let before = prompt_sources(prefill, decode).await;
+    let m = post(url, "/v1/messages", &[("x-request-id", "msg-real-1")], &msg).await;
+    assert_eq!(m.status, 200, "{}", m.text);
+    assert_eq!(m.served(), ["split", "vllm-0", "vllm-1"]);
+    let names: Vec<&str> = m
+        .text
+        .split("\n\n")
+        .filter_map(|e| e.lines().next()?.strip_prefix("event: "))
+        .collect();
+    assert_eq!(names.first(), Some(&"message_start"), "{}", m.text);
+    assert_eq!(names.last(), Some(&"message_stop"), "{}", m.text);
+    assert!(names.contains(&"content_block_delta"), "{}", m.text);
+    assert!(!m.text.contains("[DONE]") && !m.text.contains("kv_transfer_params"));
+    assert!(
+        m.text.contains("\"id\":\"chatcmpl-msg-real-1\""),
+        "{}",
+        m.text
+    );
+    let after = prompt_sources(prefill, decode).await;
+    assert!(
+        after.1 - before.1 > 4.0 * BLOCK_SIZE as f64,
+        "messages: decode received the prompt"
+    );
+    assert_eq!(
+        after.2 - before.2,
+        0.0,
+        "messages: decode computed none of it"
+    );
+
+    let resp = json!({"model": MODEL, "max_output_tokens": 4, "input": text(7, 300)});
+    let before = prompt_sources(prefill, decode).await;
+    let r = post(url, "/v1/responses", &[], &resp).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(r.served(), ["split", "vllm-0", "vllm-1"]);
+    assert_eq!(r.json()["object"], "response");
+    assert!(
+        r.json()
+            .get("kv_transfer_params")
+            .is_none_or(Value::is_null),
+        "{}",
+        r.text
+    );
+    let after = prompt_sources(prefill, decode).await;
+    assert!(
+        after.1 - before.1 > 4.0 * BLOCK_SIZE as f64,
+        "responses: decode received the prompt"
+    );
+    assert_eq!(
+        after.2 - before.2,
+        0.0,
+        "responses: decode computed none of it"
+    );
 }

@@ -283,6 +283,9 @@ impl VllmServer {
                 "float32",
             ])
             .args(["--enable-prompt-tokens-details", "--enforce-eager"])
+            // `/inference/v1/generate` and the render endpoints (vLLM 0.32 answers them 403
+            // without it).
+            .args(["--enable-scale-out"])
             .args(["--kv-events-config", &events])
             .env("VLLM_TARGET_DEVICE", "cpu")
             .env("HF_HUB_OFFLINE", "1")
