@@ -384,16 +384,7 @@ async fn other_apis_split(url: &str, prefill: &VllmServer, decode: &VllmServer) 
         "{}",
         m.text
     );
-    let after = prompt_sources(prefill, decode).await;
-    assert!(
-        after.1 - before.1 > 4.0 * BLOCK_SIZE as f64,
-        "messages: decode received the prompt"
-    );
-    assert_eq!(
-        after.2 - before.2,
-        0.0,
-        "messages: decode computed none of it"
-    );
+    decode_received(before, prompt_sources(prefill, decode).await, "messages");
 
     let resp = json!({"model": MODEL, "max_output_tokens": 4, "input": text(7, 300)});
     let before = prompt_sources(prefill, decode).await;
@@ -408,14 +399,15 @@ async fn other_apis_split(url: &str, prefill: &VllmServer, decode: &VllmServer) 
         "{}",
         r.text
     );
-    let after = prompt_sources(prefill, decode).await;
+    decode_received(before, prompt_sources(prefill, decode).await, "responses");
+}
+
+/// Between two [`prompt_sources`] readings the decode engine received a prompt of more than
+/// four blocks over NIXL and computed none of it.
+fn decode_received(before: (f64, f64, f64), after: (f64, f64, f64), api: &str) {
     assert!(
         after.1 - before.1 > 4.0 * BLOCK_SIZE as f64,
-        "responses: decode received the prompt"
+        "{api}: decode received the prompt"
     );
-    assert_eq!(
-        after.2 - before.2,
-        0.0,
-        "responses: decode computed none of it"
-    );
+    assert_eq!(after.2 - before.2, 0.0, "{api}: decode computed none of it");
 }
