@@ -149,6 +149,9 @@ impl InferenceRequest {
                 expected: "must be at least 1",
             });
         }
+        if kind == ApiKind::Responses {
+            check_responses_routing_fields(&body)?;
+        }
         let prompt = match kind {
             ApiKind::Completions => match body.raw("prompt") {
                 None | Some("null") => return Err(RequestError::MissingField("prompt")),
@@ -212,6 +215,31 @@ impl InferenceRequest {
 /// `render` step: `{"token_ids": [...], "features": {...}}`).
 pub const RENDERED_TOKENS_FIELD: &str = "tokens";
 
+/// Responses' fields that decide whether it can split (`background`, `previous_response_id`,
+/// [`InferenceRequest::can_split`]) must have their types: a wrong one would change the
+/// routing before the engine refuses it.
+fn check_responses_routing_fields(body: &RawObject) -> Result<(), RequestError> {
+    if !matches!(
+        body.raw("background"),
+        None | Some("null" | "true" | "false")
+    ) {
+        return Err(RequestError::InvalidField {
+            field: "background",
+            expected: "must be a boolean",
+        });
+    }
+    if !body
+        .raw("previous_response_id")
+        .is_none_or(|r| r == "null" || r.starts_with('"'))
+    {
+        return Err(RequestError::InvalidField {
+            field: "previous_response_id",
+            expected: "must be a string",
+        });
+    }
+    Ok(())
+}
+
 /// The output token limit of `kind` (see [`InferenceRequest::max_tokens`]).
 fn max_tokens(kind: ApiKind, body: &RawObject) -> Result<Option<u32>, RequestError> {
     match kind {
@@ -228,6 +256,9 @@ fn max_tokens(kind: ApiKind, body: &RawObject) -> Result<Option<u32>, RequestErr
         ApiKind::Responses => opt_u32(body, "max_output_tokens"),
         ApiKind::Generate => match body.object("sampling_params") {
             None => Err(RequestError::MissingField("sampling_params")),
+            Some(Err(RawObjectError::DuplicateKey(k))) => {
+                Err(RequestError::DuplicateField(format!("sampling_params.{k}")))
+            }
             Some(Err(_)) => Err(RequestError::InvalidField {
                 field: "sampling_params",
                 expected: "must be an object",
@@ -268,7 +299,7 @@ const BAD_PROMPT: RequestError = RequestError::InvalidField {
 
 /// Decodes `prompt`'s JSON text: a string, token ids (`[int, ...]`, each in `u32`) read
 /// straight into a vector, or a one-element array of either.
-fn prompt_input(raw: &str) -> Result<PromptInput, RequestError> {
+pub(crate) fn prompt_input(raw: &str) -> Result<PromptInput, RequestError> {
     // A string without escapes is its own text: the scan already checked it.
     if let Some(text) = unescaped_string(raw) {
         return Ok(PromptInput::Text(text.to_string()));

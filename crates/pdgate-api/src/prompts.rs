@@ -99,6 +99,12 @@ pub fn responses_prompt(body: &RawObject) -> Result<PromptInput, RequestError> {
     match body.get("input") {
         None | Some(Value::Null) => return Err(RequestError::MissingField("input")),
         Some(Value::String(s)) => push_line(&mut out, "user", &s),
+        Some(Value::Array(items)) if items.is_empty() => {
+            return Err(RequestError::InvalidField {
+                field: "input",
+                expected: "must be a string or a non-empty array of input items",
+            })
+        }
         Some(Value::Array(items)) => {
             for item in &items {
                 match (
@@ -133,13 +139,17 @@ pub fn responses_prompt(body: &RawObject) -> Result<PromptInput, RequestError> {
 /// `POST /v1/embeddings`: `input` as a string, token ids, or a batch (strings joined by `\n`;
 /// token-id lists concatenated), or chat `messages` flattened as chat is.
 ///
-/// Errors: neither `input` nor `messages`; an `input` of another shape or empty.
+/// Errors: neither `input` nor `messages` (naming `input`); an `input` of another shape or
+/// empty.
 pub fn embeddings_prompt(body: &RawObject) -> Result<PromptInput, RequestError> {
     const BAD: RequestError = RequestError::InvalidField {
         field: "input",
         expected: "must be a non-empty string, array of strings, or array of token ids",
     };
     let input = match body.get("input") {
+        None | Some(Value::Null) if body.raw("messages").is_none() => {
+            return Err(RequestError::MissingField("input"))
+        }
         None | Some(Value::Null) => {
             return flatten_messages(body.raw("messages")).map(PromptInput::Text)
         }
@@ -186,16 +196,19 @@ pub fn generate_prompt(body: &RawObject) -> Result<PromptInput, RequestError> {
     token_ids(body, "token_ids")
 }
 
-/// `POST /tokenize`: `prompt` (a string) or chat `messages`.
+/// `POST /tokenize`: `prompt` (a string or token ids, as the engine takes it) or chat
+/// `messages`.
 ///
-/// Errors: neither given; `prompt` not a string.
+/// Errors: neither given (naming `prompt`); `prompt` of another type.
 pub fn tokenize_prompt(body: &RawObject) -> Result<PromptInput, RequestError> {
-    match body.get("prompt") {
-        None | Some(Value::Null) => flatten_messages(body.raw("messages")).map(PromptInput::Text),
-        Some(Value::String(s)) => Ok(PromptInput::Text(s)),
-        Some(_) => Err(RequestError::InvalidField {
+    match body.raw("prompt") {
+        None | Some("null") if body.raw("messages").is_none() => {
+            Err(RequestError::MissingField("prompt"))
+        }
+        None | Some("null") => flatten_messages(body.raw("messages")).map(PromptInput::Text),
+        Some(raw) => crate::openai::prompt_input(raw).map_err(|_| RequestError::InvalidField {
             field: "prompt",
-            expected: "must be a string",
+            expected: "must be a string or an array of token ids",
         }),
     }
 }

@@ -194,7 +194,11 @@ fn tokenize_and_detokenize() {
     );
     assert_eq!(
         p(ApiKind::Tokenize, r#"{}"#),
-        Err(RequestError::MissingField("messages"))
+        Err(RequestError::MissingField("prompt"))
+    );
+    assert_eq!(
+        p(ApiKind::Tokenize, r#"{"prompt":[1,2,3]}"#),
+        Ok(PromptInput::Tokens(vec![1, 2, 3]))
     );
     assert_eq!(
         p(ApiKind::Detokenize, r#"{"tokens":[3,4]}"#),
@@ -237,4 +241,39 @@ fn which_requests_can_split() {
     assert!(!split(ApiKind::Embeddings, r#"{"input":"a"}"#));
     assert!(!split(ApiKind::Tokenize, r#"{"prompt":"a"}"#));
     assert!(!split(ApiKind::Detokenize, r#"{"tokens":[1]}"#));
+}
+
+#[test]
+fn the_fields_at_fault_are_named() {
+    let e = |k, b: &str| parse(k, b).unwrap_err().to_string();
+    assert_eq!(
+        e(ApiKind::Embeddings, r#"{}"#),
+        "missing required field `input`"
+    );
+    assert_eq!(
+        e(ApiKind::Embeddings, r#"{"input":null}"#),
+        "missing required field `input`"
+    );
+    assert_eq!(
+        e(ApiKind::Responses, r#"{"input":[]}"#),
+        "field `input` must be a string or a non-empty array of input items"
+    );
+    assert_eq!(
+        e(ApiKind::Responses, r#"{"input":"a","background":"yes"}"#),
+        "field `background` must be a boolean"
+    );
+    assert_eq!(
+        e(
+            ApiKind::Responses,
+            r#"{"input":"a","previous_response_id":5}"#
+        ),
+        "field `previous_response_id` must be a string"
+    );
+    assert_eq!(
+        e(
+            ApiKind::Generate,
+            r#"{"token_ids":[1],"sampling_params":{"max_tokens":3,"max_tokens":4}}"#
+        ),
+        "field `sampling_params.max_tokens` is given more than once"
+    );
 }

@@ -126,7 +126,7 @@ pub struct ServeArgs {
     /// (`crate::coordinator_config`); its settings replace the flags they map to, which may
     /// then not be given too. `COORDINATOR_*` environment variables override it.
     #[arg(long, conflicts_with_all = [
-        "host", "port", "prefill_router", "decode_router", "encode_router",
+        "config", "host", "port", "prefill_router", "decode_router", "encode_router",
         "conditional_decode", "forward_response_headers", "kv_connector", "max_body_bytes",
         "ec_connector", "encode_max_parallel",
         "upstream_max_idle_per_host", "upstream_idle_timeout_ms", "shutdown_grace_ms",

@@ -103,7 +103,7 @@ pub async fn forward<D: Dispatcher<Body = LegBody>>(
         Ok(r) => r,
         Err(e) => {
             tracing::debug!(error = %e, "request failed");
-            e.into_response()
+            e.into_response_for(Some(req.kind))
         }
     };
     served.stamp(resp.headers_mut());

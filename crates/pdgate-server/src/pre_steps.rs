@@ -65,6 +65,22 @@ impl PreSteps {
         rid: &HeaderValue,
     ) -> Result<(), ApiError> {
         if let Some(media) = &self.media {
+            if let Some(at) = unguarded_media_url(req) {
+                state
+                    .metrics
+                    .pre_steps
+                    .with_label_values(&["replace-media-urls", "failed"])
+                    .inc();
+                return Err(ApiError::Step {
+                    step: "replace-media-urls",
+                    status: 400,
+                    message: format!(
+                        "{at}: a remote media URL the replace-media-urls step does not download \
+                         (it downloads chat `image_url` parts only, as llm-d's); send it inline \
+                         (a data: URI or base64 source) so that no engine fetches an unchecked URL"
+                    ),
+                });
+            }
             let outcome = crate::media_urls::replace_media_urls(media, req.body.bytes()).await;
             let outcome = outcome.map_err(|e| (e.status(), e.to_string()));
             apply(state, "replace-media-urls", req, outcome).await?;
@@ -108,4 +124,66 @@ async fn apply(
             message,
         }),
     }
+}
+
+/// Where `req` names a remote (http/https) media URL that the `replace-media-urls` step does
+/// not download, if it does: chat `video_url` / `audio_url` parts (chat, embeddings and
+/// tokenize messages), Anthropic `image` / `document` blocks with a `url` source, Responses
+/// `input_image` / `input_file` items with a URL. With the step on, such a request is refused,
+/// so that every URL an engine could fetch has passed the SSRF guard.
+pub fn unguarded_media_url(req: &InferenceRequest) -> Option<String> {
+    use pdgate_api::ApiKind;
+    use serde_json::Value;
+    let bytes = req.body.bytes();
+    // Only a body that mentions a URL scheme is read (no `\u` trick: the scan below reads the
+    // decoded values, so an escaped key or scheme is found there too when this test passes).
+    let lower = |b: &u8| b.to_ascii_lowercase();
+    let mentions = bytes.windows(4).any(|w| w.iter().map(lower).eq(*b"http"))
+        || bytes.windows(2).any(|w| w == b"\\u");
+    if !mentions {
+        return None;
+    }
+    let remote = |v: Option<&Value>| {
+        v.and_then(Value::as_str).is_some_and(|u| {
+            let u = u.trim_start().to_ascii_lowercase();
+            u.starts_with("http:") || u.starts_with("https:") || u.starts_with("//")
+        })
+    };
+    let field = if req.kind == ApiKind::Responses {
+        "input"
+    } else {
+        "messages"
+    };
+    let items = req.body.get(field)?;
+    for (i, item) in items.as_array()?.iter().enumerate() {
+        let Some(parts) = item.get("content").and_then(Value::as_array) else {
+            continue;
+        };
+        for (j, p) in parts.iter().enumerate() {
+            let at = |what: &str| format!("{field}[{i}].content[{j}].{what}");
+            let kind = p.get("type").and_then(Value::as_str).unwrap_or_default();
+            let found = match kind {
+                "video_url" | "audio_url" => {
+                    let inner = p.get(kind);
+                    (remote(inner.and_then(|o| o.get("url"))) || remote(inner))
+                        .then(|| at(&format!("{kind}.url")))
+                }
+                "image" | "document" => {
+                    remote(p.get("source").and_then(|s| s.get("url"))).then(|| at("source.url"))
+                }
+                "input_image" => {
+                    let u = p.get("image_url");
+                    (remote(u) || remote(u.and_then(|o| o.get("url")))).then(|| at("image_url"))
+                }
+                "input_file" => remote(p.get("file_url")).then(|| at("file_url")),
+                // The step reads `image_url.url`; a bare string is not downloaded.
+                "image_url" => remote(p.get("image_url")).then(|| at("image_url")),
+                _ => None,
+            };
+            if found.is_some() {
+                return found;
+            }
+        }
+    }
+    None
 }

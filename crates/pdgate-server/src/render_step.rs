@@ -110,9 +110,10 @@ pub enum RenderError {
     /// Over a limit, or a body the step cannot render (400).
     #[error("{0}")]
     Invalid(String),
-    /// The render service answered a 4xx: passed on with its status.
-    #[error("render rejected the request: HTTP {0}")]
-    Rejected(u16),
+    /// The render service answered a 4xx: passed on with its status and the service's own
+    /// message (its `error.message`, else the start of its body).
+    #[error("render rejected the request: HTTP {0}: {1}")]
+    Rejected(u16, String),
     /// The render service failed, or answered what the step cannot read (502).
     #[error("render failed: {0}")]
     Failed(String),
@@ -126,7 +127,7 @@ impl RenderError {
     pub fn status(&self) -> u16 {
         match self {
             RenderError::Invalid(_) => 400,
-            RenderError::Rejected(s) => *s,
+            RenderError::Rejected(s, _) => *s,
             RenderError::Failed(_) => 502,
             RenderError::Timeout(_) => 504,
         }
@@ -267,7 +268,8 @@ impl RenderStep {
             200 => Ok(resp.body.into_full().unwrap_or_default()),
             s @ 400..=499 => {
                 tracing::info!(address = %self.address, status = s, "render rejected a request");
-                Err(RenderError::Rejected(s))
+                let body = resp.body.into_full().unwrap_or_default();
+                Err(RenderError::Rejected(s, error_text(&body)))
             }
             s => {
                 tracing::warn!(address = %self.address, status = s, "render answered an error");
@@ -275,6 +277,19 @@ impl RenderStep {
             }
         }
     }
+}
+
+/// The message of an error answer: its `error.message` (OpenAI / vLLM) or `message`, else
+/// its first 200 bytes.
+fn error_text(body: &[u8]) -> String {
+    let v: Option<Value> = serde_json::from_slice(body).ok();
+    let message = v.as_ref().and_then(|v| {
+        v.pointer("/error/message")
+            .or_else(|| v.get("message"))
+            .and_then(Value::as_str)
+            .map(str::to_string)
+    });
+    message.unwrap_or_else(|| String::from_utf8_lossy(&body[..body.len().min(200)]).into_owned())
 }
 
 /// `(placeholder tokens, media items)` of render `features`: the summed

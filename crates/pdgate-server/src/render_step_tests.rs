@@ -161,7 +161,7 @@ async fn limits_and_render_failures_map_to_statuses() {
     let e = s.apply(&text, &rid()).await.unwrap_err();
     assert_eq!(
         (e.status(), e.to_string().as_str()),
-        (422, "render rejected the request: HTTP 422")
+        (422, "render rejected the request: HTTP 422: bad prompt")
     );
 
     let (addr, _) =

@@ -114,8 +114,9 @@ pub struct SimArgs {
     pub ec_transfer_config: Option<EcTransferConfig>,
     /// Keep the exact bytes of the last N response bodies of the engine APIs (each at most
     /// 1 MiB), by x-request-id, served at GET /debug/responses/{request_id}; 0 = off
-    /// [pdgate-sim extension].
-    #[arg(long, default_value_t = DEFAULT_RECORD_RESPONSES)]
+    /// [pdgate-sim extension]. At most 100000.
+    #[arg(long, default_value_t = DEFAULT_RECORD_RESPONSES,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(0..=100_000))]
     pub record_responses: usize,
 }
 

@@ -90,7 +90,7 @@ async fn bad_bodies_are_400_naming_the_field() {
         &w.url(),
         "/v1/embeddings",
         vec![
-            (json!({}), "messages"),
+            (json!({}), "input"),
             (json!({"input": []}), "input"),
             (json!({"input": 5}), "input"),
             (

@@ -339,6 +339,9 @@ impl CoordinatorConfig {
             self.kv_connector,
             !self.tokens_in,
         );
+        if self.encode_max_parallel.is_some() {
+            y += "  ec_connector: ec-shared-storage\n";
+        }
         if let Some(h) = &self.forward_response_headers {
             y += &format!("  forward_response_headers: [{}]\n", h.join(", "));
         }

@@ -63,7 +63,8 @@ pub struct AddressPolicy {
 }
 
 /// `Some(reason)` when a download may not connect to `ip`. An IPv4-mapped (`::ffff:a.b.c.d`)
-/// or NAT64 (`64:ff9b::a.b.c.d`) IPv6 address is judged by the IPv4 address it carries.
+/// NAT64 (`64:ff9b::a.b.c.d`) or 6to4 (`2002:a.b.c.d::`) IPv6 address is judged by the IPv4
+/// address it carries.
 pub fn blocked(ip: IpAddr, policy: AddressPolicy) -> Option<BlockReason> {
     match ip {
         IpAddr::V4(v4) => blocked_v4(v4, policy),
@@ -93,6 +94,11 @@ fn blocked_v6(ip: Ipv6Addr, policy: AddressPolicy) -> Option<BlockReason> {
     let s = ip.segments();
     if s[..6] == [0x64, 0xff9b, 0, 0, 0, 0] {
         let [x, y] = [s[6].to_be_bytes(), s[7].to_be_bytes()];
+        return blocked_v4(Ipv4Addr::new(x[0], x[1], y[0], y[1]), policy);
+    }
+    // 6to4 (2002:a.b.c.d::/48) carries an IPv4 address too (RFC 3056).
+    if s[0] == 0x2002 {
+        let [x, y] = [s[1].to_be_bytes(), s[2].to_be_bytes()];
         return blocked_v4(Ipv4Addr::new(x[0], x[1], y[0], y[1]), policy);
     }
     if ip.is_unspecified() {
@@ -231,11 +237,12 @@ fn scheme_of(url: &str) -> Option<&str> {
 
 /// Checks an inline `data:` URL as llm-d's `parseDataURI` and `allowedImageContentType` do:
 /// a comma, a `;base64` parameter and a media type among [`DATA_URL_MEDIA_TYPES`] (case and
-/// surrounding spaces ignored). The error is the reason, for the client. The payload itself is
-/// not decoded.
+/// surrounding spaces ignored), and a payload that is non-empty standard base64 (RFC 4648
+/// alphabet, `=` padding only at the end, a length the padding makes a multiple of 4). The
+/// scheme is matched without case. The error is the reason, for the client.
 pub fn check_data_url(url: &str) -> Result<(), String> {
-    let rest = url.strip_prefix("data:").unwrap_or(url);
-    let (meta, _payload) = rest
+    let rest = url.get(5..).filter(|_| is_data_url(url)).unwrap_or(url);
+    let (meta, payload) = rest
         .split_once(',')
         .ok_or_else(|| "missing comma in data URI".to_string())?;
     let (media_type, params) = meta.split_once(';').unwrap_or((meta, ""));
@@ -249,9 +256,20 @@ pub fn check_data_url(url: &str) -> Result<(), String> {
         return Err("data URI missing media type".into());
     }
     let normal = media_type.trim().to_ascii_lowercase();
-    if DATA_URL_MEDIA_TYPES.contains(&normal.as_str()) {
-        Ok(())
-    } else {
-        Err(format!("data URI content type {normal:?} not allowed"))
+    if !DATA_URL_MEDIA_TYPES.contains(&normal.as_str()) {
+        return Err(format!("data URI content type {normal:?} not allowed"));
     }
+    let body = payload.trim_end_matches('=');
+    let padding = payload.len() - body.len();
+    let alphabet = |b: u8| b.is_ascii_alphanumeric() || b == b'+' || b == b'/';
+    if body.is_empty() || padding > 2 || !body.bytes().all(alphabet) || payload.len() % 4 != 0 {
+        return Err("data URI payload is not valid base64".into());
+    }
+    Ok(())
+}
+
+/// True when `url` is a `data:` URL (scheme without case, as URL schemes are).
+pub fn is_data_url(url: &str) -> bool {
+    url.get(..5)
+        .is_some_and(|p| p.eq_ignore_ascii_case("data:"))
 }

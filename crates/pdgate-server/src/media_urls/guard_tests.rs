@@ -49,6 +49,8 @@ fn blocked_ranges_are_refused_by_default() {
         ("192.168.1.1", Private),
         ("::ffff:10.1.2.3", Private),
         ("64:ff9b::a9fe:a9fe", LinkLocal),
+        ("2002:7f00:1::", Loopback),
+        ("2002:a9fe:a9fe::1", LinkLocal),
     ];
     for (ip, want) in cases {
         assert_eq!(class(ip, p), Some(want), "{ip}");
@@ -71,6 +73,7 @@ fn public_addresses_pass() {
         "2001:4860:4860::8888",
         "::ffff:8.8.8.8",
         "64:ff9b::808:808",
+        "2002:808:808::1",
     ] {
         assert_eq!(class(ip, p), None, "{ip}");
     }
@@ -172,12 +175,33 @@ fn data_urls_need_base64_and_an_image_type() {
     for ok in [
         "data:image/png;base64,iVBORw0KGgo=",
         "data:IMAGE/JPEG;BASE64,AAAA",
-        "data:image/webp;charset=x;base64,",
+        "data:image/webp;charset=x;base64,UklGRg==",
         "data:image/gif;base64,R0lG",
+        "DATA:image/png;base64,iVBORw0KGgo=",
     ] {
         assert_eq!(check_data_url(ok), Ok(()), "{ok}");
     }
     let refused = [
+        (
+            "data:image/png;base64,!!!notbase64",
+            "data URI payload is not valid base64",
+        ),
+        (
+            "data:image/png;base64,",
+            "data URI payload is not valid base64",
+        ),
+        (
+            "data:image/png;base64,iVBORw0KGgo=%%",
+            "data URI payload is not valid base64",
+        ),
+        (
+            "data:image/png;base64,iVBORw0KGg",
+            "data URI payload is not valid base64",
+        ),
+        (
+            "data:image/png;base64,iVBO=w0K",
+            "data URI payload is not valid base64",
+        ),
         ("data:image/png,rawbytes", "data URI must be base64-encoded"),
         ("data:image/png;base64", "missing comma in data URI"),
         ("data:;base64,AAAA", "data URI missing media type"),

@@ -344,7 +344,7 @@ async fn plan_and_fetch(
     let mut jobs = Vec::new();
     for p in parts {
         let at = p.at;
-        if p.url.starts_with("data:") {
+        if guard::is_data_url(&p.url) {
             guard::check_data_url(&p.url).map_err(|reason| MediaError::DataUrl { at, reason })?;
             continue;
         }

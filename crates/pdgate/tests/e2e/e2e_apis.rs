@@ -409,3 +409,86 @@ async fn replace_media_urls_inlines_images_before_any_leg_and_refuses_loopback()
         1
     );
 }
+
+#[tokio::test]
+async fn with_replace_media_urls_on_no_api_can_hand_an_engine_an_unchecked_url() {
+    let engine = fake_engine("/v1/messages", |_| {
+        axum::Json(json!({"id": "m"})).into_response()
+    })
+    .await;
+    let eps = vec![Endpoint::new(
+        "e0",
+        engine.addr.clone(),
+        labels("decode", None),
+    )];
+    let r = pdgate_scenario::fleet::router_with(eps, DEFAULT_CONFIG_YAML, |o| {
+        o.pre_steps = pdgate_server::pre_steps::PreSteps {
+            media: Some(Default::default()),
+            ..Default::default()
+        }
+    })
+    .await
+    .unwrap();
+    let metadata = "http://169.254.169.254/latest/meta-data/";
+    let cases = [
+        (
+            "/v1/messages",
+            json!({"model": "m", "max_tokens": 3, "messages": [{"role": "user", "content": [
+                {"type": "image", "source": {"type": "url", "url": metadata}}]}]}),
+            "messages[0].content[0].source.url",
+        ),
+        (
+            "/v1/responses",
+            json!({"model": "m", "input": [{"role": "user", "content": [
+                {"type": "input_image", "image_url": metadata}]}]}),
+            "input[0].content[0].image_url",
+        ),
+        (
+            "/v1/chat/completions",
+            json!({"model": "m", "messages": [{"role": "user", "content": [
+                {"type": "video_url", "video_url": {"url": metadata}}]}]}),
+            "messages[0].content[0].video_url.url",
+        ),
+        (
+            "/v1/chat/completions",
+            json!({"model": "m", "messages": [{"role": "user", "content": [
+                {"type": "image_url", "image_url": metadata}]}]}),
+            "messages[0].content[0].image_url",
+        ),
+    ];
+    for (path, body, at) in cases {
+        let (status, _, _, text) = post(&r, path, &body).await;
+        assert_eq!(status, 400, "{path}: {text}");
+        let v: Value = serde_json::from_str(&text).unwrap();
+        let msg = v["error"]["message"].clone();
+        assert!(msg.as_str().unwrap().starts_with(at), "{path}: {msg}");
+    }
+    assert!(engine.requests().is_empty(), "no leg was sent");
+}
+
+#[tokio::test]
+async fn an_engine_failure_on_messages_is_an_anthropic_error() {
+    // Nothing listens on the endpoint: the router's own 5xx, in Anthropic's form.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .to_string();
+    let r = support::router(
+        vec![Endpoint::new("d0", closed, labels("decode", None))],
+        DEFAULT_CONFIG_YAML,
+    )
+    .await;
+    for stream in [false, true] {
+        let body = json!({"model": "m", "max_tokens": 3, "stream": stream,
+            "messages": [{"role": "user", "content": "hi"}]});
+        let (status, _, _, text) = post(&r, "/v1/messages", &body).await;
+        assert!(status >= 500, "{status} {text}");
+        let v: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(
+            (v["type"].as_str(), v["error"]["type"].as_str().is_some()),
+            (Some("error"), true),
+            "{text}"
+        );
+    }
+}
