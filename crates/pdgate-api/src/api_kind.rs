@@ -126,18 +126,13 @@ impl ApiKind {
         )
     }
 
-    /// Where the token limits of a prefill leg live: `None` for top-level fields, else the
-    /// object that holds them (`sampling_params` for generate).
-    pub fn token_limit_parent(self) -> Option<&'static str> {
+    /// The object in which this API's legs carry their token limits and their KV handoff
+    /// (`extra_args.kv_transfer_params`), `None` when both are top-level fields:
+    /// `sampling_params` for generate, as llm-d's coordinator sends it
+    /// (`pkg/coordinator/connectors/kv`; vLLM reads the handoff there on every version and a
+    /// top-level copy only since 0.32).
+    pub fn leg_params_object(self) -> Option<&'static str> {
         (self == ApiKind::Generate).then_some("sampling_params")
-    }
-
-    /// True when the legs carry `kv_transfer_params` in `sampling_params.extra_args` instead
-    /// of at the top level: generate, as llm-d's coordinator sends it
-    /// (`pkg/coordinator/connectors/kv`). vLLM reads it there on every version; it copies a
-    /// top-level one there only since 0.32.
-    pub fn kv_params_in_sampling_params(self) -> bool {
-        self == ApiKind::Generate
     }
 
     /// The token-limit fields a prefill leg sets to 1 (design.md §5.2); the first is set even
@@ -189,7 +184,7 @@ mod tests {
             ]
         );
         assert_eq!(
-            ApiKind::Generate.token_limit_parent(),
+            ApiKind::Generate.leg_params_object(),
             Some("sampling_params")
         );
         assert_eq!(

@@ -15,7 +15,7 @@ use crate::phase_body::KV_TRANSFER_PARAMS;
 use bytes::Bytes;
 use pdgate_api::media::EC_TRANSFER_PARAMS;
 use pdgate_api::spells::Spells;
-use pdgate_api::{ApiKind, InferenceRequest, RawObject};
+use pdgate_api::{InferenceRequest, RawObject};
 
 /// Body fields only the router sets on legs.
 pub const ROUTER_OWNED_FIELDS: &[&str] = &[KV_TRANSFER_PARAMS, EC_TRANSFER_PARAMS];
@@ -43,20 +43,14 @@ pub fn strip_request(req: &mut InferenceRequest) -> Vec<&'static str> {
         .copied()
         .filter(|f| req.body.contains_key(f))
         .collect();
-    let nested = match req.kind {
-        ApiKind::Generate => strip_extra_args(&req.body, &mut found),
-        _ => None,
-    };
+    let mut edits: Vec<Edit<'_>> = found.iter().map(|f| Edit::Remove(f)).collect();
+    let object = req.kind.leg_params_object();
+    let nested = object.and_then(|o| strip_extra_args(&req.body, o, &mut found));
+    if let (Some(o), Some(n)) = (object, &nested) {
+        edits.push(Edit::Set(o, n));
+    }
     if found.is_empty() {
         return found;
-    }
-    let mut edits: Vec<Edit<'_>> = ROUTER_OWNED_FIELDS
-        .iter()
-        .filter(|f| req.body.contains_key(f))
-        .map(|f| Edit::Remove(f))
-        .collect();
-    if let Some(sp) = &nested {
-        edits.push(Edit::Set(SAMPLING_PARAMS, sp));
     }
     let stripped = Bytes::from(json_patch::patch_object(&req.body, &edits));
     // Re-scanning what was a valid object less some entries cannot fail.
@@ -66,12 +60,15 @@ pub fn strip_request(req: &mut InferenceRequest) -> Vec<&'static str> {
     found
 }
 
-const SAMPLING_PARAMS: &str = "sampling_params";
-
-/// Generate's `sampling_params` without the router-owned fields of its `extra_args`, when
-/// it has any (their reported names are added to `found`); `None` otherwise.
-fn strip_extra_args(body: &RawObject, found: &mut Vec<&'static str>) -> Option<Vec<u8>> {
-    let raw = body.raw(SAMPLING_PARAMS)?;
+/// The body's `object` (generate's `sampling_params`) without the router-owned fields of its
+/// `extra_args`, when it has any (their reported names are added to `found`); `None`
+/// otherwise.
+fn strip_extra_args(
+    body: &RawObject,
+    object: &str,
+    found: &mut Vec<&'static str>,
+) -> Option<Vec<u8>> {
+    let raw = body.raw(object)?;
     if !mentions(raw.as_bytes()) {
         return None;
     }

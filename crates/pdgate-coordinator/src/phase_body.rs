@@ -23,16 +23,16 @@ pub fn prefill_bytes(req: &InferenceRequest, ec: &[Value], connector: KvConnecto
         Edit::Set("stream", b"false"),
         Edit::Remove("stream_options"),
     ];
-    let sampling;
-    match () {
-        _ if !req.kind.kv_params_in_sampling_params() => {
+    let nested;
+    match req.kind.leg_params_object() {
+        None => {
             edits.push(Edit::Set(KV_TRANSFER_PARAMS, kv.as_bytes()));
             edits.extend(limits);
         }
         // Generate: the limits and the handoff live in `sampling_params`.
-        _ => {
-            sampling = sampling_params(req, &limits, kv.as_bytes());
-            edits.push(Edit::Set(SAMPLING_PARAMS, &sampling));
+        Some(object) => {
+            nested = leg_params(req, object, &limits, kv.as_bytes());
+            edits.push(Edit::Set(object, &nested));
         }
     }
     if let Some(e) = &ec_json {
@@ -41,18 +41,16 @@ pub fn prefill_bytes(req: &InferenceRequest, ec: &[Value], connector: KvConnecto
     Bytes::from(patch_object(&req.body, &edits))
 }
 
-const SAMPLING_PARAMS: &str = "sampling_params";
-
-/// Generate's `sampling_params` with `edits` applied and `kv` (JSON) set as
-/// `extra_args.kv_transfer_params` (see [`pdgate_api::ApiKind::kv_params_in_sampling_params`]),
-/// each object created when absent; the other values byte for byte.
-fn sampling_params(req: &InferenceRequest, edits: &[Edit<'_>], kv: &[u8]) -> Vec<u8> {
+/// The body's `object` (generate's `sampling_params`, [`pdgate_api::ApiKind::leg_params_object`])
+/// with `edits` applied and `kv` (JSON) set as `extra_args.kv_transfer_params`, each object
+/// created when absent; the other values byte for byte.
+fn leg_params(req: &InferenceRequest, object_name: &str, edits: &[Edit<'_>], kv: &[u8]) -> Vec<u8> {
     // The parse checked `sampling_params` is an object; `extra_args` may be anything.
     let object = |raw: Option<&str>| match raw {
         Some(r) if r.starts_with('{') => r.to_string(),
         _ => "{}".to_string(),
     };
-    let sp = object(req.body.raw(SAMPLING_PARAMS));
+    let sp = object(req.body.raw(object_name));
     let extra = RawObject::parse(Bytes::from(sp.clone()))
         .ok()
         .and_then(|o| o.raw("extra_args").map(str::to_string));
@@ -87,7 +85,7 @@ pub fn tokens_in_prefill_bytes(
     let mut extra = Map::new();
     extra.insert(KV_TRANSFER_PARAMS.into(), connector.prefill_params());
     body.insert(
-        SAMPLING_PARAMS.into(),
+        "sampling_params".into(),
         serde_json::json!({"max_tokens": 1, "extra_args": extra}),
     );
     body.insert("stream".into(), Value::Bool(false));
@@ -135,12 +133,9 @@ pub fn decode_bytes(
     let kv = connector.decode_params(kv);
     // Serializing a Map of Values cannot fail.
     let kv_json = serde_json::to_vec(&kv).unwrap_or_default();
-    if req.kind.kv_params_in_sampling_params() {
-        let sampling = sampling_params(req, &[], &kv_json);
-        return Bytes::from(patch_object(
-            &req.body,
-            &[Edit::Set(SAMPLING_PARAMS, &sampling)],
-        ));
+    if let Some(object) = req.kind.leg_params_object() {
+        let nested = leg_params(req, object, &[], &kv_json);
+        return Bytes::from(patch_object(&req.body, &[Edit::Set(object, &nested)]));
     }
     Bytes::from(patch_object(
         &req.body,

@@ -52,7 +52,7 @@ pub fn request_body(data: &[u8]) {
             let p = object(&phase_body::prefill_bytes(&req, &[], kv));
             assert_eq!(p.get("stream"), Some(&Value::Bool(false)));
             // The first token limit of the API is 1, where the API keeps it.
-            let limits = match kind.token_limit_parent() {
+            let limits = match kind.leg_params_object() {
                 None => Some(&p),
                 Some(parent) => p.get(parent).and_then(Value::as_object),
             };

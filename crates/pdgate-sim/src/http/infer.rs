@@ -137,10 +137,14 @@ async fn infer(w: Arc<Worker>, kind: ApiKind, headers: HeaderMap, body: Bytes) -
     // ExampleConnector ignores kv_transfer_params, as vLLM's does. Generate also reads them
     // from `sampling_params.extra_args`, where vLLM 0.32 copies a top-level one (which wins).
     let nested = || {
-        req.body
-            .get("sampling_params")
-            .and_then(|sp| sp.get("extra_args")?.get("kv_transfer_params").cloned())
-            .filter(|_| kind.kv_params_in_sampling_params())
+        let object = kind.leg_params_object()?;
+        let extra = req
+            .body
+            .get(object)?
+            .get("extra_args")?
+            .get("kv_transfer_params")?
+            .clone();
+        Some(extra)
     };
     let given = match req.body.get("kv_transfer_params") {
         None | Some(Value::Null) => nested(),
