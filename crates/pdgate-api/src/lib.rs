@@ -17,6 +17,7 @@ pub mod phase;
 pub mod prefer;
 pub mod prompts;
 pub mod raw_object;
+pub mod request_fields;
 pub mod role;
 pub mod spells;
 pub mod sse;

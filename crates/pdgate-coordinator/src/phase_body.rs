@@ -91,7 +91,7 @@ pub fn tokens_in_prefill_bytes(
     body.insert("stream".into(), Value::Bool(false));
     let features = req
         .body
-        .get(pdgate_api::openai::RENDERED_TOKENS_FIELD)
+        .get(pdgate_api::request_fields::RENDERED_TOKENS_FIELD)
         .and_then(|t| t.get("features").cloned());
     if let Some(f) = features {
         body.insert("features".into(), f);

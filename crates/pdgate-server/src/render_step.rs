@@ -22,7 +22,7 @@
 use crate::upstream::{PoolSettings, Upstream};
 use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, Method};
-use pdgate_api::openai::RENDERED_TOKENS_FIELD as TOKENS_FIELD;
+use pdgate_api::request_fields::RENDERED_TOKENS_FIELD as TOKENS_FIELD;
 use pdgate_api::{ApiKind, InferenceRequest, PromptInput};
 use pdgate_coordinator::json_patch::{patch_object, Edit};
 use pdgate_coordinator::FailureKind;
