@@ -52,26 +52,9 @@ async fn post(
     path: &str,
     body: &Value,
 ) -> (u16, String, String, String) {
-    let resp = reqwest::Client::new()
-        .post(format!("http://{}{path}", r.addr))
-        .header("x-request-id", "req-1")
-        .json(body)
-        .send()
-        .await
-        .unwrap();
-    let h = |n: &str| {
-        resp.headers()
-            .get(n)
-            .map(|v| v.to_str().unwrap().to_string())
-            .unwrap_or_default()
-    };
-    let (mode, ctype) = (h("x-pdgate-pd-mode"), h("content-type"));
-    (
-        resp.status().as_u16(),
-        mode,
-        ctype,
-        resp.text().await.unwrap(),
-    )
+    let a = support::post_raw(&support::url(r), path, "req-1", body).await;
+    let (mode, ctype) = (a.header("x-pdgate-pd-mode"), a.header("content-type"));
+    (a.status, mode, ctype, a.text())
 }
 
 fn long_text() -> String {

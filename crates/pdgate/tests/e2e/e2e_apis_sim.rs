@@ -35,26 +35,8 @@ async fn post(
     rid: &str,
     body: &Value,
 ) -> (u16, [String; 3], Vec<u8>) {
-    let resp = reqwest::Client::new()
-        .post(format!("http://{}{path}", r.addr))
-        .header("x-request-id", rid)
-        .json(body)
-        .send()
-        .await
-        .unwrap();
-    let h = |n: &str| {
-        resp.headers()
-            .get(n)
-            .map(|v| v.to_str().unwrap().to_string())
-            .unwrap_or_default()
-    };
-    let served = [
-        h("x-pdgate-pd-mode"),
-        h("x-pdgate-prefill-endpoint"),
-        h("x-pdgate-decode-endpoint"),
-    ];
-    let status = resp.status().as_u16();
-    (status, served, resp.bytes().await.unwrap().to_vec())
+    let a = support::post_raw(&support::url(r), path, rid, body).await;
+    (a.status, a.served(), a.bytes)
 }
 
 /// What engine `w` recorded having sent for request `rid` (polled: a stream is recorded when

@@ -107,6 +107,58 @@ pub async fn send_to(
     }
 }
 
+/// A server's answer read whole, its body as bytes (for byte-for-byte comparisons and
+/// bodies that are not JSON).
+#[derive(Debug)]
+pub struct RawReply {
+    /// HTTP status.
+    pub status: u16,
+    /// Response headers.
+    pub headers: HeaderMap,
+    /// The body, as received.
+    pub bytes: Vec<u8>,
+}
+
+impl RawReply {
+    /// Header `name` as a string, "" when absent.
+    pub fn header(&self, name: &str) -> String {
+        self.headers
+            .get(name)
+            .map(|v| v.to_str().unwrap().to_string())
+            .unwrap_or_default()
+    }
+
+    /// `[x-pdgate-pd-mode, x-pdgate-prefill-endpoint, x-pdgate-decode-endpoint]`.
+    pub fn served(&self) -> [String; 3] {
+        [
+            self.header("x-pdgate-pd-mode"),
+            self.header("x-pdgate-prefill-endpoint"),
+            self.header("x-pdgate-decode-endpoint"),
+        ]
+    }
+
+    /// The body as text (lossy).
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.bytes).into_owned()
+    }
+}
+
+/// POSTs `body` as JSON to `{url}{path}` with `x-request-id: rid` and reads the whole answer.
+pub async fn post_raw(url: &str, path: &str, rid: &str, body: &Value) -> RawReply {
+    let resp = reqwest::Client::new()
+        .post(format!("{url}{path}"))
+        .header("x-request-id", rid)
+        .json(body)
+        .send()
+        .await
+        .unwrap();
+    RawReply {
+        status: resp.status().as_u16(),
+        headers: resp.headers().clone(),
+        bytes: resp.bytes().await.unwrap().to_vec(),
+    }
+}
+
 /// POSTs `body` (a streamed request) as JSON to `{url}/v1/completions`; returns the status,
 /// the `x-pdgate-pd-mode` header (empty when absent) and the whole body as text.
 pub async fn stream_text(url: &str, body: &Value) -> (u16, String, String) {
