@@ -53,21 +53,31 @@ pub struct Reply {
 impl Reply {
     /// Header `name` as a string, "" when absent.
     pub fn header(&self, name: &str) -> String {
-        self.headers
-            .get(name)
-            .map(|v| v.to_str().unwrap().to_string())
-            .unwrap_or_default()
+        header_of(&self.headers, name)
     }
 
     /// The headers saying who served the request: `[x-pdgate-pd-mode,
     /// x-pdgate-prefill-endpoint, x-pdgate-decode-endpoint]`, "" for each one absent.
     pub fn served(&self) -> [String; 3] {
-        [
-            self.header("x-pdgate-pd-mode"),
-            self.header("x-pdgate-prefill-endpoint"),
-            self.header("x-pdgate-decode-endpoint"),
-        ]
+        served_of(&self.headers)
     }
+}
+
+/// Header `name` of `h` as a string, "" when absent.
+pub fn header_of(h: &HeaderMap, name: &str) -> String {
+    h.get(name)
+        .map(|v| v.to_str().unwrap().to_string())
+        .unwrap_or_default()
+}
+
+/// `[x-pdgate-pd-mode, x-pdgate-prefill-endpoint, x-pdgate-decode-endpoint]` of `h`.
+pub fn served_of(h: &HeaderMap) -> [String; 3] {
+    [
+        "x-pdgate-pd-mode",
+        "x-pdgate-prefill-endpoint",
+        "x-pdgate-decode-endpoint",
+    ]
+    .map(|n| header_of(h, n))
 }
 
 /// POSTs `body` as JSON to `{url}/v1/completions` with the extra `headers`.
@@ -122,19 +132,12 @@ pub struct RawReply {
 impl RawReply {
     /// Header `name` as a string, "" when absent.
     pub fn header(&self, name: &str) -> String {
-        self.headers
-            .get(name)
-            .map(|v| v.to_str().unwrap().to_string())
-            .unwrap_or_default()
+        header_of(&self.headers, name)
     }
 
     /// `[x-pdgate-pd-mode, x-pdgate-prefill-endpoint, x-pdgate-decode-endpoint]`.
     pub fn served(&self) -> [String; 3] {
-        [
-            self.header("x-pdgate-pd-mode"),
-            self.header("x-pdgate-prefill-endpoint"),
-            self.header("x-pdgate-decode-endpoint"),
-        ]
+        served_of(&self.headers)
     }
 
     /// The body as text (lossy).
