@@ -8,6 +8,7 @@ use crate::engine_dispatch::{self, EngineDispatch};
 use crate::errors::ApiError;
 use crate::forward;
 use crate::header_scan::HeaderNames;
+use crate::request_ids::{decision_id, request_id};
 use crate::router_dispatch::RouterDispatch;
 use axum::body::Body;
 use axum::response::Response;
@@ -181,43 +182,6 @@ pub fn check_hint_headers(h: &HeaderMap, present: &HeaderNames<'_>) -> Result<()
         }
     }
     Ok(())
-}
-
-/// A fresh `x-llm-d-revision-decision-id` (UUID v4).
-fn decision_id() -> HeaderValue {
-    let mut id = [0u8; uuid::fmt::Hyphenated::LENGTH];
-    let id = uuid::Uuid::new_v4().hyphenated().encode_lower(&mut id);
-    HeaderValue::from_str(id).unwrap_or(HeaderValue::from_static("pdgate"))
-}
-
-/// Longest client `x-request-id` kept, bytes.
-pub const MAX_REQUEST_ID_BYTES: usize = 128;
-
-/// The request's id: the client's `x-request-id` when it is one short token — 1 to
-/// [`MAX_REQUEST_ID_BYTES`] visible ASCII characters (`!`..`~`), as it is echoed in a header,
-/// sent to every engine and becomes the completion id — else a fresh UUID v4. A replaced
-/// client value is logged (rate-limited; its length, not its bytes).
-fn request_id(client: &HeaderMap) -> HeaderValue {
-    let given = client.get(headers::REQUEST_ID);
-    if let Some(v) = given.filter(|v| is_token(v.as_bytes())) {
-        return v.clone();
-    }
-    if let Some(v) = given {
-        if crate::log_limit::allow(&crate::log_limit::REQUEST_IDS) {
-            tracing::info!(
-                bytes = v.len(),
-                "client x-request-id is not a short visible-ASCII token; replaced"
-            );
-        }
-    }
-    let mut id = [0u8; uuid::fmt::Hyphenated::LENGTH];
-    let id = uuid::Uuid::new_v4().hyphenated().encode_lower(&mut id);
-    HeaderValue::from_str(id).unwrap_or(HeaderValue::from_static("pdgate"))
-}
-
-/// 1..=[`MAX_REQUEST_ID_BYTES`] bytes, each visible ASCII.
-fn is_token(v: &[u8]) -> bool {
-    (1..=MAX_REQUEST_ID_BYTES).contains(&v.len()) && v.iter().all(|b| b.is_ascii_graphic())
 }
 
 /// Removes a client's router-owned body fields ([`pdgate_coordinator::owned`]) from its
