@@ -41,16 +41,10 @@ async fn eviction_fleet() -> (WorkerHandle, ServerHandle, String) {
 async fn eviction_ends_the_newest_sheddable_stream_for_a_higher_band() {
     let (w, r, u) = eviction_fleet().await;
     let five = Duration::from_secs(5);
-    let older = hold(&r, 1, {
-        let u = u.clone();
-        async move { stream_with(&u, &[BATCH], body(0, 16, 150)).await }
-    })
-    .await;
-    let newer = hold(&r, 2, {
-        let u = u.clone();
-        async move { stream_with(&u, &[BATCH], body(1000, 16, 4000)).await }
-    })
-    .await;
+    // Both streams have their response heads: an eviction now ends one with an SSE event.
+    let older = hold_stream(&u, &[BATCH], body(0, 16, 150)).await;
+    let newer = hold_stream(&u, &[BATCH], body(1000, 16, 4000)).await;
+    assert_eq!(r.state.in_flight_total(), 2);
     let high = send(&u, &[CHAT], &body(5000, 16, 8)).await;
     assert_eq!(high.status, 200, "{high:?}");
     let (status, _, text) = newer.await.unwrap();

@@ -66,6 +66,43 @@ pub async fn stream_with(
     stream_read(u, headers, &b, "x-llm-d-request-dropped-reason").await
 }
 
+/// Spawns a streamed completion with `headers` (as [`stream_with`]) and returns once its
+/// response head has reached the client, so that the stream is running from the client's
+/// side too; the handle yields the status, the dropped-reason header and the whole text.
+///
+/// Waiting for the router's booking alone is not enough where the test needs the stream to
+/// have begun: between the booking and the head, an eviction is a 429, not an SSE event.
+pub async fn hold_stream(
+    u: &str,
+    headers: &[(&str, &str)],
+    mut b: serde_json::Value,
+) -> tokio::task::JoinHandle<(u16, String, String)> {
+    b["stream"] = true.into();
+    let mut req = reqwest::Client::new()
+        .post(format!("{u}/v1/completions"))
+        .json(&b);
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let (head_tx, head_rx) = tokio::sync::oneshot::channel();
+    let h = tokio::spawn(async move {
+        let resp = req.send().await.unwrap();
+        let _ = head_tx.send(());
+        let status = resp.status().as_u16();
+        let reason = resp
+            .headers()
+            .get("x-llm-d-request-dropped-reason")
+            .map(|v| v.to_str().unwrap().to_string())
+            .unwrap_or_default();
+        (status, reason, resp.text().await.unwrap())
+    });
+    tokio::time::timeout(Duration::from_secs(5), head_rx)
+        .await
+        .expect("the stream's response head within 5 s")
+        .expect("the stream task ended before its head");
+    h
+}
+
 /// Spawns `req` and waits until the router has `n` requests booked (it is then running).
 pub async fn hold<T: Send + 'static>(
     r: &ServerHandle,
