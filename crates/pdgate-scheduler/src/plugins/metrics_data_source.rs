@@ -4,15 +4,11 @@
 //! - **Extension points:** data-layer polling source (`dataLayer.sources[].pluginRef`), feeding
 //!   a `core-metrics-extractor`. Injected with default parameters when no source of this type
 //!   is configured, unless `dataLayer.injectDefaults: false` (as llm-d does).
-//! - **Parameters:**
-//!   - `scheme` (default [`DEFAULT_SCHEME`] `http`): only `http`; `https` is refused.
-//!   - `path` (default [`DEFAULT_PATH`] `/metrics`): the URL path scraped; must start with `/`.
+//! - **Parameters:** those of every HTTP source ([`http_source`]), with:
+//!   - `path` (default [`DEFAULT_PATH`] `/metrics`): the URL path scraped.
 //!   - `port` (int 1..=65535, default none): scrape `host:port` instead of the endpoint's own
 //!     port (a metrics port apart from the serving one). Not for data-parallel pools whose
 //!     ranks each export their own metrics.
-//!   - `insecureSkipVerify` (default [`DEFAULT_INSECURE_SKIP_VERIFY`] `true`), `caCertPath`,
-//!     `clientCertPath`, `clientKeyPath` (default empty): TLS settings, only used with `https`;
-//!     with `http` they are accepted and have no effect, as in llm-d.
 //!   - `interval` (Go duration, default empty = every `--scrape-interval`): the scrape period;
 //!     longer than `--scrape-interval` it is rounded to the nearest multiple of it, shorter it
 //!     replaces it (at least [`MIN_INTERVAL`]) — llm-d's base-tick rule.
@@ -26,8 +22,8 @@
 //!   `source/http/datasource.go`.
 
 use crate::config::DataPlugin;
-use crate::registry::{decode, effective, BuildCtx, Built, PluginError, PluginType, Stage};
-use serde::{Deserialize, Serialize};
+use crate::plugins::http_source;
+use crate::registry::{BuildCtx, Built, PluginError, PluginType, Stage};
 use serde_yaml_ng::Value;
 use std::time::Duration;
 
@@ -38,56 +34,10 @@ pub const TYPE: PluginType = PluginType {
     build,
 };
 
-/// Default `scheme`.
-pub const DEFAULT_SCHEME: &str = "http";
 /// Default `path`.
 pub const DEFAULT_PATH: &str = "/metrics";
-/// Default `insecureSkipVerify`.
-pub const DEFAULT_INSECURE_SKIP_VERIFY: bool = true;
 /// Shortest scrape period an `interval` gives (llm-d's minimum base tick, 50 ms).
 pub const MIN_INTERVAL: Duration = Duration::from_millis(50);
-
-fn default_scheme() -> String {
-    DEFAULT_SCHEME.into()
-}
-
-fn default_path() -> String {
-    DEFAULT_PATH.into()
-}
-
-fn default_skip_verify() -> bool {
-    DEFAULT_INSECURE_SKIP_VERIFY
-}
-
-/// Parameters as written (shared with `models-data-source`, which has no `port`).
-#[derive(Debug, Clone, Deserialize, Serialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct Params {
-    /// `http` (or `https`, refused).
-    #[serde(default = "default_scheme")]
-    pub scheme: String,
-    /// URL path.
-    #[serde(default = "default_path")]
-    pub path: String,
-    /// Port overriding the endpoint's.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub port: Option<i64>,
-    /// TLS: skip server verification (https only).
-    #[serde(default = "default_skip_verify")]
-    pub insecure_skip_verify: bool,
-    /// TLS: CA bundle (https only).
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub ca_cert_path: String,
-    /// TLS: client certificate (https only).
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub client_cert_path: String,
-    /// TLS: client key (https only).
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub client_key_path: String,
-    /// Scrape period, a Go duration; empty = every base tick.
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub interval: String,
-}
 
 /// What a metrics source tells the scraper.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -141,62 +91,16 @@ pub fn period(interval: Option<Duration>, base: Duration) -> Duration {
     }
 }
 
-/// Checks the fields both HTTP sources share; returns the interval.
-///
-/// Errors: `scheme` not `http` (`https` is refused, anything else is llm-d's error), `path`
-/// not starting with `/`, `interval` not a Go duration.
-pub fn check_http(
-    scheme: &str,
-    path: &str,
-    interval: &str,
-) -> Result<Option<Duration>, PluginError> {
-    match scheme {
-        "http" => {}
-        "https" => return Err(PluginError::invalid(
-            "scheme",
-            "`https` is not supported: pdgate reads engine metrics and models over plain HTTP only",
-        )),
-        other => {
-            return Err(PluginError::invalid(
-                "scheme",
-                format!("unsupported scheme: {other} (expected `http`)"),
-            ))
-        }
-    }
-    if !path.starts_with('/') || path.contains(char::is_whitespace) {
-        return Err(PluginError::invalid(
-            "path",
-            format!("`{path}` must start with `/` and hold no spaces"),
-        ));
-    }
-    if interval.is_empty() {
-        return Ok(None);
-    }
-    crate::flow::duration::parse(interval)
-        .map(Some)
-        .map_err(|e| PluginError::invalid("interval", format!("invalid interval: {e}")))
-}
-
 fn build(params: Option<&Value>, _: &mut BuildCtx<'_>) -> Result<Built, PluginError> {
-    let p: Params = decode(params)?;
-    let interval = check_http(&p.scheme, &p.path, &p.interval)?;
-    let port = match p.port {
-        None => None,
-        Some(n) => Some(u16::try_from(n).ok().filter(|n| *n > 0).ok_or_else(|| {
-            PluginError::invalid(
-                "port",
-                format!("invalid port {n}: must be between 1 and 65535"),
-            )
-        })?),
-    };
+    let c = http_source::check(params, TYPE.name, DEFAULT_PATH, true)?;
     let source = MetricsSource {
-        path: p.path.clone(),
-        port,
-        interval,
+        path: c.path,
+        port: c.port,
+        interval: c.interval,
     };
     Ok(Built {
         data: Some(DataPlugin::MetricsSource(source)),
-        params: effective(&p),
+        params: c.effective,
         ..Built::default()
     })
 }

@@ -1,4 +1,5 @@
-//! Built-in plugins, one module each, named after their llm-d type.
+//! Built-in plugins, one module each, named after their llm-d type; `http_source` holds the
+//! parameters the HTTP data sources share.
 
 pub mod active_request_scorer;
 pub mod always_disagg_multimodal_decider;
@@ -15,6 +16,7 @@ pub mod endpoint_attribute_filter;
 pub mod endpoint_attribute_scorer;
 pub mod endpoint_notification_source;
 pub mod header_profile_handler;
+pub mod http_source;
 pub mod kv_cache_utilization_scorer;
 pub mod kv_cost_scorer;
 pub mod label_selector_filter;

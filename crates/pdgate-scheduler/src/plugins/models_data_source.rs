@@ -3,11 +3,8 @@
 //! - **Type:** `models-data-source`
 //! - **Extension points:** data-layer polling source (`dataLayer.sources[].pluginRef`), feeding
 //!   a `models-data-extractor`.
-//! - **Parameters:**
-//!   - `scheme` (default [`DEFAULT_SCHEME`] `http`): only `http`; `https` is refused.
-//!   - `path` (default [`DEFAULT_PATH`] `/v1/models`): the URL path read; must start with `/`.
-//!   - `insecureSkipVerify` (default `true`), `caCertPath`, `clientCertPath`, `clientKeyPath`:
-//!     TLS settings, only used with `https`; accepted and without effect with `http`.
+//! - **Parameters:** those of every HTTP source ([`http_source`]) but `port`, with:
+//!   - `path` (default [`DEFAULT_PATH`] `/v1/models`): the URL path read.
 //!   - `interval` (Go duration, default empty): how often the list is re-read, rounded to a
 //!     whole number of metrics scrapes (at least one).
 //! - **Inputs:** each endpoint's address.
@@ -23,9 +20,8 @@
 //! - **Source:** llm-d-router `pkg/epp/framework/plugins/datalayer/source/models/datasource.go`.
 
 use crate::config::DataPlugin;
-use crate::plugins::metrics_data_source::check_http;
-use crate::registry::{decode, effective, BuildCtx, Built, PluginError, PluginType, Stage};
-use serde::{Deserialize, Serialize};
+use crate::plugins::http_source;
+use crate::registry::{BuildCtx, Built, PluginError, PluginType, Stage};
 use serde_yaml_ng::Value;
 use std::time::Duration;
 
@@ -36,51 +32,8 @@ pub const TYPE: PluginType = PluginType {
     build,
 };
 
-/// Default `scheme`.
-pub const DEFAULT_SCHEME: &str = "http";
 /// Default `path`.
 pub const DEFAULT_PATH: &str = "/v1/models";
-/// Default `insecureSkipVerify`.
-pub const DEFAULT_INSECURE_SKIP_VERIFY: bool = true;
-
-fn default_scheme() -> String {
-    DEFAULT_SCHEME.into()
-}
-
-fn default_path() -> String {
-    DEFAULT_PATH.into()
-}
-
-fn default_skip_verify() -> bool {
-    DEFAULT_INSECURE_SKIP_VERIFY
-}
-
-/// Parameters as written.
-#[derive(Debug, Clone, Deserialize, Serialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct Params {
-    /// `http` (or `https`, refused).
-    #[serde(default = "default_scheme")]
-    pub scheme: String,
-    /// URL path.
-    #[serde(default = "default_path")]
-    pub path: String,
-    /// TLS: skip server verification (https only).
-    #[serde(default = "default_skip_verify")]
-    pub insecure_skip_verify: bool,
-    /// TLS: CA bundle (https only).
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub ca_cert_path: String,
-    /// TLS: client certificate (https only).
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub client_cert_path: String,
-    /// TLS: client key (https only).
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub client_key_path: String,
-    /// Re-read period, a Go duration; empty = pdgate's own cadence.
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub interval: String,
-}
 
 /// What a models source tells the scraper.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -115,15 +68,14 @@ impl ModelsSource {
 }
 
 fn build(params: Option<&Value>, _: &mut BuildCtx<'_>) -> Result<Built, PluginError> {
-    let p: Params = decode(params)?;
-    let interval = check_http(&p.scheme, &p.path, &p.interval)?;
+    let c = http_source::check(params, TYPE.name, DEFAULT_PATH, false)?;
     let source = ModelsSource {
-        path: p.path.clone(),
-        interval,
+        path: c.path,
+        interval: c.interval,
     };
     Ok(Built {
         data: Some(DataPlugin::ModelsSource(source)),
-        params: effective(&p),
+        params: c.effective,
         ..Built::default()
     })
 }
