@@ -61,6 +61,15 @@ pub enum RequestError {
         crate::raw_object::MAX_FIELDS
     )]
     TooManyFields,
+    /// A field whose JSON text cannot be read as a value (nested deeper than serde_json's
+    /// 128 levels, a lone surrogate escape); `reason` is serde_json's, without its position.
+    #[error("field `{field}` cannot be read: {reason}")]
+    UnreadableField {
+        /// Field name.
+        field: &'static str,
+        /// Why, e.g. "recursion limit exceeded".
+        reason: String,
+    },
     /// A field has the wrong type or value.
     #[error("field `{field}` {expected}")]
     InvalidField {
@@ -69,6 +78,19 @@ pub enum RequestError {
         /// What was expected, e.g. "must be a string".
         expected: &'static str,
     },
+}
+
+impl RequestError {
+    /// [`RequestError::UnreadableField`] for `field` from serde_json's error `e` (its " at
+    /// line L column C" dropped: it counts within the field, not the body).
+    pub fn unreadable(field: &'static str, e: &serde_json::Error) -> RequestError {
+        let text = e.to_string();
+        let reason = text.rfind(" at line ").map_or(&text[..], |i| &text[..i]);
+        RequestError::UnreadableField {
+            field,
+            reason: reason.to_string(),
+        }
+    }
 }
 
 /// A parsed inference request: typed routing fields plus the verbatim body.

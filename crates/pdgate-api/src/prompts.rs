@@ -25,7 +25,7 @@ const BILLING_HEADER: &str = "x-anthropic-billing-header";
 /// a `content` or `system` that is neither a string nor an array of blocks.
 pub fn messages_prompt(body: &RawObject) -> Result<PromptInput, RequestError> {
     let mut out = String::new();
-    match body.get("system") {
+    match body.field("system")? {
         None | Some(Value::Null) => {}
         Some(Value::String(s)) => push_line(&mut out, "system", &s),
         Some(Value::Array(blocks)) => {
@@ -86,7 +86,7 @@ fn block_text(b: &Value) -> String {
 /// string.
 pub fn responses_prompt(body: &RawObject) -> Result<PromptInput, RequestError> {
     let mut out = String::new();
-    match body.get("instructions") {
+    match body.field("instructions")? {
         None | Some(Value::Null) => {}
         Some(Value::String(s)) => push_line(&mut out, "system", &s),
         Some(_) => {
@@ -96,7 +96,7 @@ pub fn responses_prompt(body: &RawObject) -> Result<PromptInput, RequestError> {
             })
         }
     }
-    match body.get("input") {
+    match body.field("input")? {
         None | Some(Value::Null) => return Err(RequestError::MissingField("input")),
         Some(Value::String(s)) => push_line(&mut out, "user", &s),
         Some(Value::Array(items)) if items.is_empty() => {
@@ -146,7 +146,7 @@ pub fn embeddings_prompt(body: &RawObject) -> Result<PromptInput, RequestError> 
         field: "input",
         expected: "must be a non-empty string, array of strings, or array of token ids",
     };
-    let input = match body.get("input") {
+    let input = match body.field("input")? {
         None | Some(Value::Null) if body.raw("messages").is_none() => {
             return Err(RequestError::MissingField("input"))
         }
@@ -242,7 +242,7 @@ const BAD_CONTENT: RequestError = RequestError::InvalidField {
 
 /// `field` as a non-empty JSON array.
 fn non_empty_array(body: &RawObject, field: &'static str) -> Result<Vec<Value>, RequestError> {
-    match body.get(field) {
+    match body.field(field)? {
         None | Some(Value::Null) => Err(RequestError::MissingField(field)),
         Some(Value::Array(a)) if !a.is_empty() => Ok(a),
         Some(_) => Err(RequestError::InvalidField {

@@ -277,3 +277,51 @@ fn the_fields_at_fault_are_named() {
         "field `sampling_params.max_tokens` is given more than once"
     );
 }
+
+/// Regression (adversarial try of issue 13): a field whose JSON text serde_json cannot build a
+/// tree of was answered as if absent ("missing required field `messages`").
+#[test]
+fn an_unreadable_field_is_named_and_not_called_missing() {
+    let e = |k, b: &str| parse(k, b).unwrap_err().to_string();
+    // A leading surrogate with no trailing `\uDC00`-`\uDFFF` escape after it.
+    let lone = |f: &str| format!("field `{f}` cannot be read: unexpected end of hex escape");
+    assert_eq!(
+        e(
+            ApiKind::Messages,
+            r#"{"model":"m","max_tokens":2,"messages":[{"role":"user","content":"\ud800"}]}"#
+        ),
+        lone("messages")
+    );
+    assert_eq!(
+        e(
+            ApiKind::Messages,
+            r#"{"model":"m","system":"\ud800","messages":[{"role":"user","content":"a"}]}"#
+        ),
+        lone("system")
+    );
+    assert_eq!(
+        e(ApiKind::Responses, r#"{"input":"\ud800"}"#),
+        lone("input")
+    );
+    assert_eq!(
+        e(
+            ApiKind::Responses,
+            r#"{"input":"a","instructions":"\ud800"}"#
+        ),
+        lone("instructions")
+    );
+    assert_eq!(
+        e(ApiKind::Embeddings, r#"{"input":"\ud800"}"#),
+        lone("input")
+    );
+    // 130 levels inside a content block: past serde_json's 128.
+    let deep = format!(
+        r#"{{"model":"m","max_tokens":2,"messages":[{{"role":"user","content":[{{"type":"text","text":"x","extra":{}1{}}}]}}]}}"#,
+        "[".repeat(130),
+        "]".repeat(130)
+    );
+    assert_eq!(
+        e(ApiKind::Messages, &deep),
+        "field `messages` cannot be read: recursion limit exceeded"
+    );
+}

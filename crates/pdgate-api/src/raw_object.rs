@@ -153,6 +153,21 @@ impl RawObject {
         serde_json::from_str(self.raw(key)?).ok()
     }
 
+    /// `key`'s value as a tree, for a request field the caller then checks: `Ok(None)` when
+    /// absent.
+    ///
+    /// Errors: [`crate::RequestError::UnreadableField`] naming `key` when its value is valid
+    /// JSON text that serde_json cannot build a tree of (nested deeper than its 128 levels, a
+    /// lone surrogate `\uD800` escape), so that it is not mistaken for an absent field.
+    pub fn field(&self, key: &'static str) -> Result<Option<Value>, crate::RequestError> {
+        let Some(raw) = self.raw(key) else {
+            return Ok(None);
+        };
+        serde_json::from_str(raw)
+            .map(Some)
+            .map_err(|e| crate::RequestError::unreadable(key, &e))
+    }
+
     /// `key`'s value decoded as `T` (borrowing from the body where `T` can).
     pub fn get_as<'a, T: Deserialize<'a>>(
         &'a self,
