@@ -131,7 +131,7 @@ pub struct ServeArgs {
         "ec_connector", "encode_max_parallel",
         "upstream_max_idle_per_host", "upstream_idle_timeout_ms", "shutdown_grace_ms",
         "client_header_timeout_ms", "client_body_timeout_ms", "stream_head_timeout_secs",
-        "leg_deadline_secs", "endpoints", "endpoint", "pool_name", "pod_selector",
+        "leg_deadline_secs", "stream_total_timeout_secs", "endpoints", "endpoint", "pool_name", "pod_selector",
         "render_address", "render_timeout_ms", "render_max_idle_per_host",
         "render_idle_timeout_ms", "render_max_total_tokens",
         "render_max_total_placeholder_tokens", "tokens_in_prefill", "replace_media_urls",

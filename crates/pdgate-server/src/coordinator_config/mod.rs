@@ -11,7 +11,7 @@
 //! | `log_level` (1 warn … 5 trace) | 2 (info) | log filter, unless `RUST_LOG` is set |
 //! | `server.listen_addr` | `:8080` (every IPv4 interface) | `--host`, `--port` |
 //! | `server.read_timeout` | 30s | `--client-header-timeout-ms`, `--client-body-timeout-ms` |
-//! | `server.write_timeout` | 120s | `--leg-deadline-secs` (non-streamed legs) |
+//! | `server.write_timeout` | 120s | `--leg-deadline-secs` (non-streamed legs), `--stream-total-timeout-secs` (streamed legs) |
 //! | `server.shutdown_timeout` | 25s | `--shutdown-grace-ms` |
 //! | `server.max_request_body_size` (MiB) | 64 | `--max-body-bytes` |
 //! | `gateway.address` | required | `--prefill-router`, `--decode-router` (`--encode-router` with an `encode` step) |
@@ -26,7 +26,8 @@
 //! | step `replace-media-urls` (`download_timeout` 10s, `max_concurrent_downloads` 10, `max_multimodal_entries` 0, `max_download_size` 10 MB, `allow_private_networks` false, `allowed_domains` any) | absent | `--replace-media-urls`, `--media-download-timeout-ms`, `--media-max-concurrent-downloads`, `--media-max-entries`, `--media-max-download-mib`, `--media-allow-private-networks`, `--media-allowed-domains` |
 //! | step `render` (`address` required; `timeout` 30s, `max_idle_conns_per_host` 100, `idle_conn_timeout` 90s, `max_total_tokens` 0, `max_total_placeholder_tokens` 0) | absent | `--render-address`, `--render-timeout-ms`, `--render-max-idle-per-host`, `--render-idle-timeout-ms`, `--render-max-total-tokens`, `--render-max-total-placeholder-tokens` |
 //!
-//! A zero duration means no timeout, as in Go (the flags' largest value, one year).
+//! A zero duration means no timeout, as in Go (the flags' largest value, one year); a positive
+//! one is rounded up to its flag's unit (`500ms` is 1 s for a `-secs` flag), never to zero.
 //!
 //! Environment variables override the file as in llm-d (env > file > default):
 //! `COORDINATOR_` + the key path in capitals with `.` as `_`, e.g.
@@ -201,14 +202,11 @@ impl CoordinatorConfig {
             plugin: None,
             message,
         };
-        let mut raw: RawFile = match serde_yaml_ng::from_str(yaml) {
+        let mut raw: RawFile = match parse::decode(yaml) {
             Ok(r) => r,
             // An empty file is all defaults (and then misses `gateway.address`).
             Err(_) if yaml.trim().is_empty() => RawFile::default(),
-            Err(e) => {
-                let line = e.location().map(|l| l.line());
-                return Err(err(line, parse::name_the_key(yaml, line, &e.to_string())).into());
-            }
+            Err((line, message)) => return Err(err(line, message).into()),
         };
         let mut errors = Vec::new();
         let mut from_env: Vec<(&str, &str)> = Vec::new();
@@ -260,21 +258,26 @@ impl CoordinatorConfig {
 
     /// Sets the `pdgate serve` flags this file stands for (see the module docs).
     pub fn apply(&self, args: &mut ServeArgs) {
-        // Go reads a zero timeout as "none": the flags' largest value (one year).
+        // Go reads a zero timeout as "none": the flags' largest value (one year). A positive
+        // one is rounded up to its flag's unit, so that it never becomes zero ("none").
         let max_secs = crate::resilience_args::MAX_TIMEOUT_SECS;
-        let ms = |d: Duration| match d.as_millis() as u64 {
+        let ms = |d: Duration| match d.as_nanos().div_ceil(1_000_000) {
             0 => max_secs * 1000,
-            n => n,
+            n => u64::try_from(n).unwrap_or(u64::MAX).min(max_secs * 1000),
         };
-        let secs = |d: Duration| match d.as_secs_f64().ceil() as u64 {
+        let secs = |d: Duration| match d.as_nanos().div_ceil(1_000_000_000) {
             0 => max_secs,
-            n => n.min(max_secs),
+            n => u64::try_from(n).unwrap_or(u64::MAX).min(max_secs),
         };
         args.host = self.host.clone();
         args.port = self.port;
         args.client_limits.client_header_timeout_ms = ms(self.read_timeout);
         args.client_limits.client_body_timeout_ms = ms(self.read_timeout);
+        // Go's `WriteTimeout` caps the whole response, a stream's too (the sample file:
+        // "for streaming completions this bounds the total in-flight time").
         args.resilience.leg_deadline_secs = secs(self.write_timeout);
+        args.resilience.stream_total_timeout_secs =
+            (!self.write_timeout.is_zero()).then(|| secs(self.write_timeout));
         args.shutdown_grace_ms = self.shutdown_timeout.as_millis() as u64;
         args.max_body_bytes = self.max_request_body_bytes;
         args.prefill_router = Some(self.gateway.clone());
@@ -322,7 +325,7 @@ impl CoordinatorConfig {
     /// `pdgate check-config` prints), followed by the `pdgate serve` flags they stand for as a
     /// comment. Loading it again gives the same settings.
     pub fn effective_yaml(&self) -> String {
-        let d = |d: Duration| format!("{}ms", d.as_millis());
+        let d = go_duration;
         let mut y = format!(
             "log_level: {}\nserver:\n  listen_addr: \"{}:{}\"\n  read_timeout: {}\n  write_timeout: {}\n  shutdown_timeout: {}\n  max_request_body_size: {}\ngateway:\n  address: http://{}\n  max_idle_conns_per_host: {}\n  idle_conn_timeout: {}\n  timeout: {}\npipeline:\n  kv_connector: {}\n  use_openai_format: {}\n",
             self.log_level,
@@ -382,6 +385,19 @@ impl CoordinatorConfig {
     /// negative level to 2).
     pub fn log_filter(&self) -> &'static str {
         log_filter(self.log_level)
+    }
+}
+
+/// `d` as a Go duration string that reads back to the same value: whole milliseconds as
+/// `Nms`, else `Nus`, else `Nns`.
+fn go_duration(d: Duration) -> String {
+    let ns = d.as_nanos();
+    if ns.is_multiple_of(1_000_000) {
+        format!("{}ms", ns / 1_000_000)
+    } else if ns.is_multiple_of(1_000) {
+        format!("{}us", ns / 1_000)
+    } else {
+        format!("{ns}ns")
     }
 }
 

@@ -117,30 +117,99 @@ pub(super) fn set_from_env(raw: &mut RawFile, key: &str, value: &str) -> Result<
     Ok(())
 }
 
-/// serde's message for a value error at `line`, without its location suffix, and with the key
-/// of that line added to serde's path when serde stopped at the parent (`server: expected …`
-/// becomes `server.read_timeout: expected …`).
-pub(super) fn name_the_key(yaml: &str, line: Option<usize>, message: &str) -> String {
-    let msg = message
-        .rfind(" at line ")
-        .map_or(message, |i| &message[..i]);
-    let key = line
-        .and_then(|l| yaml.lines().nth(l.checked_sub(1)?))
-        .and_then(|l| l.trim_start().trim_start_matches("- ").split_once(':'))
-        .map(|(k, _)| k.trim());
-    match (msg.split_once(": "), key) {
-        (Some((path, rest)), Some(k))
-            if !path.contains(' ') && !path.ends_with(k) && !rest.starts_with("unknown field") =>
+/// Decodes `yaml` strictly.
+///
+/// Errors: `(line, message)`, the message naming the dotted key at fault (from
+/// `serde_path_to_error`, as serde_yaml_ng alone points a value error at its section's first
+/// key): a bad value is placed on its key's line, a repeated key on its second copy, an
+/// unknown key (and anything inside `pipeline.steps`) where the parser stopped.
+pub(super) fn decode(yaml: &str) -> Result<RawFile, (Option<usize>, String)> {
+    let de = serde_yaml_ng::Deserializer::from_str(yaml);
+    serde_path_to_error::deserialize(de).map_err(|e| {
+        let path = e.path().to_string();
+        let stopped_at = e.inner().location().map(|l| l.line());
+        let text = e.inner().to_string();
+        let text = text.rfind(" at line ").map_or(&text[..], |i| &text[..i]);
+        // serde_yaml_ng's own prefix, `PARENT: `, when it has one.
+        let (parent, rest) = match text.split_once(": ") {
+            Some((p, r)) if !p.contains(' ') && path.starts_with(p) => (Some(p), r),
+            _ => (None, text),
+        };
+        if let Some(key) = rest
+            .strip_prefix("duplicate field `")
+            .and_then(|r| r.strip_suffix('`'))
         {
-            format!("{path}.{k}: {rest}")
+            let dotted = parent.map_or(key.to_string(), |p| format!("{p}.{key}"));
+            return (
+                key_line_nth(yaml, &dotted, 1).or(stopped_at),
+                text.to_string(),
+            );
         }
-        _ => msg.to_string(),
-    }
+        if path.contains('[') || rest.starts_with("unknown field") || path == "." {
+            return (stopped_at, text.to_string());
+        }
+        (
+            key_line(yaml, &path).or(stopped_at),
+            format!("{path}: {rest}"),
+        )
+    })
 }
 
 /// 1-based line of the dotted `key` (block-style YAML: each part found below the previous,
 /// indented deeper), when the file has it.
 pub(super) fn key_line(yaml: &str, key: &str) -> Option<usize> {
+    key_line_nth(yaml, key, 0)
+}
+
+/// 1-based line of the `nth` (0-based) copy of the dotted `key`'s last part within the first
+/// copy of its parents (a repeated key's second copy is `nth` 1), when the file has it.
+pub(super) fn key_line_nth(yaml: &str, key: &str, nth: usize) -> Option<usize> {
+    let (parents, last) = match key.rsplit_once('.') {
+        Some((p, l)) => (Some(p), l),
+        None => (None, key),
+    };
+    let lines: Vec<&str> = yaml.lines().collect();
+    let (from, parent_indent) = match parents {
+        None => (0, None),
+        Some(p) => {
+            let at = key_line_first(yaml, p)?;
+            (at, Some(indent_of(lines[at - 1])))
+        }
+    };
+    // The parent's direct children sit at the indent of its first child line.
+    let mut child_indent = parent_indent.is_none().then_some(0);
+    let mut seen = 0;
+    for (i, l) in lines.iter().enumerate().skip(from) {
+        let t = l.trim_start();
+        if t.is_empty() || t.starts_with('#') {
+            continue;
+        }
+        let ind = indent_of(l);
+        if parent_indent.is_some_and(|p| ind <= p) {
+            break;
+        }
+        if *child_indent.get_or_insert(ind) != ind {
+            continue;
+        }
+        if t.strip_prefix(last)
+            .is_some_and(|r| r.trim_start().starts_with(':'))
+        {
+            if seen == nth {
+                return Some(i + 1);
+            }
+            seen += 1;
+        }
+    }
+    None
+}
+
+fn indent_of(l: &str) -> usize {
+    l.len() - l.trim_start().len()
+}
+
+/// 1-based line of the first copy of the dotted `key` (each part found below the previous,
+/// indented deeper).
+fn key_line_first(yaml: &str, key: &str) -> Option<usize> {
     let mut from = 0;
     let mut indent: Option<usize> = None;
     let lines: Vec<&str> = yaml.lines().collect();

@@ -38,7 +38,7 @@ pub struct RawServer {
     pub listen_addr: Option<String>,
     /// Time for a client to send its request (headers and body).
     pub read_timeout: Option<GoDuration>,
-    /// Cap on a whole non-streamed response (streamed responses are not bounded by it).
+    /// Cap on a whole response, streamed or not.
     pub write_timeout: Option<GoDuration>,
     /// Drain time on SIGTERM.
     pub shutdown_timeout: Option<GoDuration>,

@@ -97,6 +97,7 @@ fn a_file_sets_the_flags_it_stands_for() {
         (5000, 5000)
     );
     assert_eq!(args.resilience.leg_deadline_secs, 90);
+    assert_eq!(args.resilience.stream_total_timeout_secs, Some(90));
     assert_eq!(
         args.resilience.stream_head_timeout_secs, 3,
         "2.5 s rounds up"
@@ -233,6 +234,70 @@ fn every_refusal_names_its_key_and_line() {
     }
 }
 
+/// Regression (adversarial try of issue 13): a bad value that is not its section's first key
+/// was blamed on the first key and its line (`line 25: server.listen_addr` for a bad
+/// `read_timeout`); a repeated key pointed at the file's second line. Each edit is one line of
+/// llm-d's sample.
+#[test]
+fn a_bad_value_in_server_or_gateway_names_its_own_key_and_line() {
+    let sample = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../../shared/compat/llm-d/coordinator.yaml"
+    ))
+    .unwrap();
+    let cases: &[(&str, &str, &str)] = &[
+        (
+            "read_timeout: 30s",
+            "read_timeout: 30",
+            "coord.yaml: line 29: server.read_timeout: expected a duration string such as `30s`, got the number `30`",
+        ),
+        (
+            "write_timeout: 120s",
+            "write_timeout: 120",
+            "coord.yaml: line 33: server.write_timeout: expected a duration string",
+        ),
+        (
+            "read_timeout: 30s",
+            "read_timeout: -5s",
+            "coord.yaml: line 29: server.read_timeout: duration `-5s` must not be negative",
+        ),
+        (
+            "  timeout: 60s",
+            "  timeout: abc",
+            "coord.yaml: line 66: gateway.timeout: duration `abc`",
+        ),
+        (
+            "idle_conn_timeout: 90s",
+            "idle_conn_timeout: 90",
+            "coord.yaml: line 62: gateway.idle_conn_timeout: expected a duration string",
+        ),
+        (
+            "  shutdown_timeout: 25s",
+            "  shutdown_timeout: 25s\n  shutdown_timeout: 30s",
+            "coord.yaml: line 38: server: duplicate field `shutdown_timeout`",
+        ),
+        (
+            "  kv_connector: kv-shared-storage",
+            "  kv_connector: [1]",
+            "coord.yaml: line 77: pipeline.kv_connector: invalid type: sequence, expected a string",
+        ),
+        (
+            "log_level: 2",
+            "log_level: x",
+            "coord.yaml: line 18: log_level: invalid type: string \"x\", expected i64",
+        ),
+    ];
+    for (from, to, want) in cases {
+        let yaml = sample.replacen(from, to, 1);
+        assert_ne!(yaml, sample, "{from}");
+        let e = load(&yaml).unwrap_err();
+        assert!(
+            e.starts_with(want),
+            "{from} -> {to}\ngot: {e}\nwant: {want}"
+        );
+    }
+}
+
 #[test]
 fn coordinator_files_are_told_from_endpoint_picker_configs() {
     assert!(looks_like_coordinator_config(MINIMAL));
@@ -327,7 +392,45 @@ fn zero_timeouts_mean_none_as_in_go() {
     let year = crate::resilience_args::MAX_TIMEOUT_SECS;
     assert_eq!(args.client_limits.client_body_timeout_ms, year * 1000);
     assert_eq!(args.resilience.leg_deadline_secs, year);
+    assert_eq!(args.resilience.stream_total_timeout_secs, None);
     assert_eq!(args.resilience.stream_head_timeout_secs, year);
+}
+
+/// Regression (adversarial try of issue 13): `500us` became 0 ms, which means "no timeout",
+/// and `check-config` printed it as `0ms`; `write_timeout` did not bound a stream.
+#[test]
+fn sub_unit_durations_round_up_and_print_back_exactly() {
+    let yaml = MINIMAL.replace(
+        "gateway:
+  address: http://gw:8081
+",
+        "server:
+  read_timeout: 500us
+  write_timeout: 500ms
+gateway:
+  address: http://gw:8081
+  timeout: 1500us
+  idle_conn_timeout: 1ns
+",
+    );
+    let c = load(&yaml).unwrap();
+    let mut args = Cli::parse_from(["pdgate"]).serve;
+    c.apply(&mut args);
+    assert_eq!(args.client_limits.client_header_timeout_ms, 1);
+    assert_eq!(args.resilience.leg_deadline_secs, 1);
+    assert_eq!(args.resilience.stream_total_timeout_secs, Some(1));
+    assert_eq!(args.resilience.stream_head_timeout_secs, 1);
+    assert_eq!(args.upstream_idle_timeout_ms, 1);
+    let printed = c.effective_yaml();
+    for line in [
+        "  read_timeout: 500us\n",
+        "  write_timeout: 500ms\n",
+        "  timeout: 1500us\n",
+        "  idle_conn_timeout: 1ns\n",
+    ] {
+        assert!(printed.contains(line), "{line} in\n{printed}");
+    }
+    assert_eq!(load(&printed).unwrap(), c);
 }
 
 #[test]
