@@ -65,7 +65,7 @@ impl PreSteps {
         rid: &HeaderValue,
     ) -> Result<(), ApiError> {
         if let Some(media) = &self.media {
-            if let Some(at) = unguarded_media_url(req) {
+            if let Some(message) = unguarded_media_url(req) {
                 state
                     .metrics
                     .pre_steps
@@ -74,11 +74,7 @@ impl PreSteps {
                 return Err(ApiError::Step {
                     step: "replace-media-urls",
                     status: 400,
-                    message: format!(
-                        "{at}: a remote media URL the replace-media-urls step does not download \
-                         (it downloads chat `image_url` parts only, as llm-d's); send it inline \
-                         (a data: URI or base64 source) so that no engine fetches an unchecked URL"
-                    ),
+                    message,
                 });
             }
             let outcome = crate::media_urls::replace_media_urls(media, req.body.bytes()).await;
@@ -126,12 +122,27 @@ async fn apply(
     }
 }
 
-/// Where `req` names a remote (http/https) media URL that the `replace-media-urls` step does
-/// not download, if it does: chat `video_url` / `audio_url` parts (chat, embeddings and
-/// tokenize messages), Anthropic `image` / `document` blocks with a `url` source, Responses
-/// `input_image` / `input_file` items with a URL. With the step on, such a request is refused,
-/// so that every URL an engine could fetch has passed the SSRF guard.
+/// Why `req` is refused when it names a remote (http/https) media URL that the
+/// `replace-media-urls` step does not download (the message names where): chat `video_url` /
+/// `audio_url` parts (chat, embeddings and tokenize messages), Anthropic `image` / `document`
+/// blocks with a `url` source, Responses `input_image` / `input_file` items with a URL. With
+/// the step on, such a request is refused, so that every URL an engine could fetch has passed
+/// the SSRF guard. A `messages` / `input` that cannot be read as a tree (nested past 128
+/// levels) is refused too: it cannot be checked.
 pub fn unguarded_media_url(req: &InferenceRequest) -> Option<String> {
+    Some(match unguarded_media_url_at(req)? {
+        Ok(at) => format!(
+            "{at}: a remote media URL the replace-media-urls step does not download (it \
+             downloads chat `image_url` parts only, as llm-d's); send it inline (a data: URI or \
+             base64 source) so that no engine fetches an unchecked URL"
+        ),
+        Err(unreadable) => unreadable,
+    })
+}
+
+/// Where [`unguarded_media_url`] found a URL (`Ok`), or why the field could not be checked
+/// (`Err`, the whole message).
+fn unguarded_media_url_at(req: &InferenceRequest) -> Option<Result<String, String>> {
     use pdgate_api::ApiKind;
     use serde_json::Value;
     let bytes = req.body.bytes();
@@ -154,7 +165,14 @@ pub fn unguarded_media_url(req: &InferenceRequest) -> Option<String> {
     } else {
         "messages"
     };
-    let items = req.body.get(field)?;
+    let items = match req.body.field(field) {
+        Ok(items) => items?,
+        Err(e) => {
+            return Some(Err(format!(
+                "{e}; with replace-media-urls on, its media URLs must be checked"
+            )))
+        }
+    };
     for (i, item) in items.as_array()?.iter().enumerate() {
         let Some(parts) = item.get("content").and_then(Value::as_array) else {
             continue;
@@ -180,8 +198,8 @@ pub fn unguarded_media_url(req: &InferenceRequest) -> Option<String> {
                 "image_url" => remote(p.get("image_url")).then(|| at("image_url")),
                 _ => None,
             };
-            if found.is_some() {
-                return found;
+            if let Some(at) = found {
+                return Some(Ok(at));
             }
         }
     }

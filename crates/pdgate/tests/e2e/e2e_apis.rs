@@ -439,6 +439,20 @@ async fn with_replace_media_urls_on_no_api_can_hand_an_engine_an_unchecked_url()
             "messages[0].content[0].image_url",
         ),
     ];
+    // Regression: nested past serde_json's 128 levels, `messages` could not be read as a tree
+    // and the check passed over it, video URL and all.
+    let mut deep = json!(1);
+    for _ in 0..130 {
+        deep = Value::Array(vec![deep]);
+    }
+    let deep_chat = json!({"model": "m", "messages": [{"role": "user", "content": [
+        {"type": "video_url", "video_url": {"url": metadata}},
+        {"type": "text", "text": "x", "extra": deep}]}]});
+    let cases = cases.into_iter().chain([(
+        "/v1/chat/completions",
+        deep_chat,
+        "field `messages` cannot be read: recursion limit exceeded; with replace-media-urls on",
+    )]);
     for (path, body, at) in cases {
         let (status, _, _, text) = post(&r, path, &body).await;
         assert_eq!(status, 400, "{path}: {text}");
