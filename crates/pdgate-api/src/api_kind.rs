@@ -74,6 +74,16 @@ impl ApiKind {
         ApiKind::ALL.into_iter().find(|k| k.path() == path)
     }
 
+    /// The API whose error form a router answer on `path` takes: the API of that exact path,
+    /// or messages for a path below `/v1/messages/` (Anthropic's `count_tokens`, which pdgate
+    /// does not route), so that an Anthropic client reads Anthropic's error form there too.
+    pub fn error_form_for_path(path: &str) -> Option<ApiKind> {
+        ApiKind::from_path(path).or_else(|| {
+            path.starts_with("/v1/messages/")
+                .then_some(ApiKind::Messages)
+        })
+    }
+
     /// The `api` label of `pdgate_requests_total`.
     pub fn label(self) -> &'static str {
         match self {

@@ -189,7 +189,7 @@ async fn no_route(method: http::Method, uri: http::Uri) -> Response {
         method: method.to_string(),
         path: uri.path().to_string(),
     }
-    .into_response()
+    .into_response_for(ApiKind::error_form_for_path(uri.path()))
 }
 
 async fn method_not_allowed(method: http::Method, uri: http::Uri) -> Response {
@@ -197,7 +197,7 @@ async fn method_not_allowed(method: http::Method, uri: http::Uri) -> Response {
         method: method.to_string(),
         path: uri.path().to_string(),
     }
-    .into_response()
+    .into_response_for(ApiKind::error_form_for_path(uri.path()))
 }
 
 /// The source address of the request's connection (set by [`crate::listener`]).

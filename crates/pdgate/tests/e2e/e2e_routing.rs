@@ -102,7 +102,7 @@ async fn requests_reach_only_endpoints_serving_their_model_and_models_follow_the
 }
 
 #[tokio::test]
-async fn unknown_routes_and_methods_get_openai_error_bodies() {
+async fn unknown_routes_and_methods_get_error_bodies_in_their_apis_form() {
     let a = worker("w", "m", 0).await;
     let eps = vec![Endpoint::new("w", a.addr().to_string(), BTreeMap::new())];
     let router = router(eps, DEFAULT_CONFIG_YAML).await;
@@ -133,6 +133,32 @@ async fn unknown_routes_and_methods_get_openai_error_bodies() {
         "method GET is not allowed for /v1/completions"
     );
     assert_eq!(b["error"]["code"], 405);
+
+    // Regression (adversarial try of issue 13): on Anthropic's paths the router's own 404 and
+    // 405 are in Anthropic's form, as its other errors there.
+    let r = client
+        .get(format!("{url}/v1/messages"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 405);
+    assert_eq!(
+        r.json::<Value>().await.unwrap(),
+        json!({"type": "error", "error": {"type": "invalid_request_error",
+            "message": "method GET is not allowed for /v1/messages"}})
+    );
+    let r = client
+        .post(format!("{url}/v1/messages/count_tokens"))
+        .json(&json!({"model": "m", "messages": []}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 404);
+    assert_eq!(
+        r.json::<Value>().await.unwrap(),
+        json!({"type": "error", "error": {"type": "not_found_error",
+            "message": "no route for POST /v1/messages/count_tokens"}})
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
