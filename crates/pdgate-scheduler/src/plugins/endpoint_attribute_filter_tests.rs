@@ -162,8 +162,39 @@ fn bad_parameters_name_the_field() {
     let e = build_err("attribute: WaitingQueueSize\nalgorithm: {type: threshold}");
     assert_eq!(e.path.as_deref(), Some("algorithm.threshold"));
     let e = build_err("attribute: WaitingQueueSize\nalgorithm: {type: topK}");
+    assert_eq!(e.path.as_deref(), Some("algorithm.topK"));
+    let e = build_err("attribute: WaitingQueueSize\nalgorithm: {type: best}");
     assert_eq!(e.path.as_deref(), Some("algorithm.type"));
-    assert!(e.message.contains("expected `threshold`"), "{}", e.message);
+    assert!(
+        e.message
+            .contains("expected one of `threshold`, `range`, `topK`, `percentile`"),
+        "{}",
+        e.message
+    );
+    for (algo, field) in [
+        (
+            "{type: range, range: {min: 5, max: 1}}",
+            "algorithm.range.min",
+        ),
+        (
+            "{type: range, range: {min: 1, max: .inf}}",
+            "algorithm.range.max",
+        ),
+        ("{type: topK, topK: {k: 0}}", "algorithm.topK.k"),
+        (
+            "{type: percentile, percentile: {percentile: 101}}",
+            "algorithm.percentile.percentile",
+        ),
+        (
+            "{type: percentile, percentile: {percentile: .nan}}",
+            "algorithm.percentile.percentile",
+        ),
+        ("{type: percentile}", "algorithm.percentile"),
+        ("{type: range}", "algorithm.range"),
+    ] {
+        let e = build_err(&format!("attribute: WaitingQueueSize\nalgorithm: {algo}"));
+        assert_eq!(e.path.as_deref(), Some(field), "{algo}: {}", e.message);
+    }
     let e = build_err(&format!("attribute: WaitingQueueSize\n{ALGO}Below}}}}"));
     assert_eq!(e.path.as_deref(), Some("algorithm.threshold.operator"));
     let e = build_err(&format!(
@@ -190,4 +221,67 @@ fn bad_parameters_name_the_field() {
         "{}",
         e.message
     );
+}
+
+/// `range`, `topK` and `percentile` (llm-d's README), on the four endpoints of [`kept`]:
+/// waiting a=2, b=5, c=9, d missing.
+#[test]
+fn range_top_k_and_percentile_keep_the_hand_computed_endpoints() {
+    let q = |algo: &str| kept(&format!("attribute: WaitingQueueSize\nalgorithm: {algo}"));
+    let fail = |algo: &str| {
+        kept(&format!(
+            "attribute: WaitingQueueSize\nonMissing: Fail\nalgorithm: {algo}"
+        ))
+    };
+    // Inclusive bounds; d passes as missing.
+    assert_eq!(q("{type: range, range: {min: 2, max: 5}}"), ["a", "b", "d"]);
+    assert_eq!(fail("{type: range, range: {min: 3, max: 9}}"), ["b", "c"]);
+    // Highest two of 2, 5, 9: c and b, kept in candidate order; lowest one: a.
+    assert_eq!(fail("{type: topK, topK: {k: 2}}"), ["b", "c"]);
+    assert_eq!(
+        fail("{type: topK, topK: {k: 1, higherIsBetter: false}}"),
+        ["a"]
+    );
+    // K over the count keeps every endpoint with the attribute; d by onMissing Pass.
+    assert_eq!(q("{type: topK, topK: {k: 10}}"), ["a", "b", "c", "d"]);
+    // Sorted 2, 5, 9 (N = 3): P50 → ceil(1.5) = 2nd = 5; P25 → ceil(0.75) = 1st = 2;
+    // P100 → 3rd = 9; P0 → the 1st.
+    assert_eq!(
+        fail("{type: percentile, percentile: {percentile: 50}}"),
+        ["b", "c"]
+    );
+    assert_eq!(
+        fail("{type: percentile, percentile: {percentile: 25, higherIsBetter: false}}"),
+        ["a"]
+    );
+    assert_eq!(
+        fail("{type: percentile, percentile: {percentile: 100}}"),
+        ["c"]
+    );
+    assert_eq!(
+        fail("{type: percentile, percentile: {percentile: 0}}"),
+        ["a", "b", "c"]
+    );
+}
+
+#[test]
+fn rules_on_ties_and_on_no_values() {
+    let v = [Some(3.0), Some(1.0), Some(3.0), None];
+    // Ties keep candidate order: the first 3.0 wins the single top slot.
+    assert_eq!(
+        Rule::TopK(1, true).keep(&v, false),
+        [true, false, false, false]
+    );
+    assert_eq!(
+        Rule::TopK(2, true).keep(&v, true),
+        [true, false, true, true]
+    );
+    // No endpoint has the attribute: only onMissing decides.
+    let none = [None, None];
+    assert_eq!(
+        Rule::Percentile(50.0, true).keep(&none, false),
+        [false, false]
+    );
+    assert_eq!(Rule::TopK(1, true).keep(&none, true), [true, true]);
+    assert_eq!(Rule::Range(1.0, 1.0).keep(&[Some(1.0)], false), [true]);
 }

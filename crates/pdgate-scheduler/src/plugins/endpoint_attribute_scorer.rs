@@ -24,7 +24,7 @@
 
 use crate::endpoint::EndpointState;
 use crate::plugin::Scorer;
-use crate::plugins::endpoint_attribute_filter::{Attribute, DEFAULT_PRODUCER};
+use crate::plugins::endpoint_attribute::{Attribute, DEFAULT_PRODUCER};
 use crate::registry::{decode, effective, BuildCtx, Built, PluginError, PluginType, Stage};
 use crate::request::RequestCtx;
 use serde::{Deserialize, Serialize};

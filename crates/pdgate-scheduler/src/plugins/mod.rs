@@ -12,6 +12,7 @@ pub mod data_parallel_profile_handler;
 pub mod decode_filter;
 pub mod disagg_profile_handler;
 pub mod encode_filter;
+pub mod endpoint_attribute;
 pub mod endpoint_attribute_filter;
 pub mod endpoint_attribute_scorer;
 pub mod endpoint_notification_source;

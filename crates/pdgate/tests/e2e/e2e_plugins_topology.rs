@@ -281,6 +281,16 @@ fn gauges(running: u32, waiting: u32, kv: f64) -> String {
 }
 
 fn attribute_config(filter_value: f64, fallback: bool) -> String {
+    attribute_config_with(
+        &format!(
+            "{{type: threshold, threshold: {{operator: LessThanOrEqual, value: {filter_value}}}}}"
+        ),
+        fallback,
+    )
+}
+
+/// The config of [`attribute_config`] with the filter's `algorithm` given as a flow mapping.
+fn attribute_config_with(algorithm: &str, fallback: bool) -> String {
     format!(
         "apiVersion: llm-d.ai/v1alpha1
 kind: EndpointPickerConfig
@@ -291,11 +301,7 @@ plugins:
     attribute: KVCacheUsagePercent
     onMissing: Fail
     fallbackOnEmpty: {fallback}
-    algorithm:
-      type: threshold
-      threshold:
-        operator: LessThanOrEqual
-        value: {filter_value}
+    algorithm: {algorithm}
 - type: endpoint-attribute-scorer
   name: queue-attribute
   parameters:
@@ -355,6 +361,27 @@ async fn endpoint_attribute_filter_and_scorer_read_the_scraped_gauges() {
             "{:?}",
             a.served()
         );
+    }
+    // The other algorithms (KV e1 0.95, e2 0.30, e3 0.50, e4 missing and dropped): the lowest
+    // one is e2; within [0.4, 1] are e1 and e3, and e1 waits 0; the lower half (nearest-rank
+    // P50 of 0.30, 0.50, 0.95 is 0.50) is e2 and e3, and e3 waits less.
+    for (algorithm, want) in [
+        ("{type: topK, topK: {k: 1, higherIsBetter: false}}", "e2"),
+        ("{type: range, range: {min: 0.4, max: 1}}", "e1"),
+        (
+            "{type: percentile, percentile: {percentile: 50, higherIsBetter: false}}",
+            "e3",
+        ),
+    ] {
+        let r = router(mk().await, &attribute_config_with(algorithm, false)).await;
+        for i in 0..3 {
+            let a = complete(&url(&r), MODEL, i, &[]).await;
+            assert_eq!(
+                (a.status, a.served()[2].as_str()),
+                (200, want),
+                "{algorithm}"
+            );
+        }
     }
 }
 
