@@ -1,7 +1,7 @@
 //! Building the checked settings from the decoded file: defaults, bounds, the steps and their
 //! refusals, each error pointing at its key or step ([`Key`]).
 
-use super::parse::{gateway_address, listen_addr};
+use super::parse::{listen_addr, upstream_address};
 use super::raw::{GoDuration, RawFile};
 use super::steps::{self, Step, DEFAULT_ENCODE_MAX_PARALLEL};
 use super::{defaults, CoordinatorConfig, MAX_ENCODE_PARALLEL};
@@ -60,7 +60,7 @@ pub(super) fn build(
         Some(n) => n,
     };
     let gateway = match raw.gateway.address.as_deref() {
-        Some(a) => gateway_address(a).map_err(|m| (Key::Path("gateway.address"), m))?,
+        Some(a) => upstream_address(a, "gateway").map_err(|m| (Key::Path("gateway.address"), m))?,
         None => {
             return Err((
                 Key::Path("gateway"),

@@ -38,16 +38,17 @@ pub(super) fn listen_addr(addr: &str) -> Result<(String, u16), String> {
     Ok((host.to_string(), port))
 }
 
-/// `gateway.address` (`http://HOST[:PORT]`, no path) as the `HOST:PORT` pdgate's router
-/// flags take; port 80 when absent.
+/// An upstream base URL (`http://HOST[:PORT]`, no path: `gateway.address`, a render step's
+/// `address`) as the `HOST:PORT` pdgate's flags take; port 80 when absent. `what` names the
+/// upstream in errors ("gateway", "render service").
 ///
 /// Errors: another scheme (pdgate's upstream client speaks plain HTTP/1.1), a path, no host.
-pub(super) fn gateway_address(url: &str) -> Result<String, String> {
+pub(super) fn upstream_address(url: &str, what: &str) -> Result<String, String> {
     let scheme_end = url.find("://").map_or(0, |i| i + 3);
     let scheme = url[..scheme_end].to_ascii_lowercase();
     let rest = (scheme == "http://").then(|| &url[scheme_end..]).ok_or_else(|| {
         if scheme == "https://" {
-            format!("`{url}`: https gateways are not supported (pdgate's upstream client speaks plain HTTP); use an http:// address")
+            format!("`{url}`: an https {what} is not supported (pdgate's upstream client speaks plain HTTP); use an http:// address")
         } else {
             format!("`{url}` is not an http:// URL")
         }
@@ -60,7 +61,7 @@ pub(super) fn gateway_address(url: &str) -> Result<String, String> {
     }
     if rest.contains('/') || rest.contains('?') {
         return Err(format!(
-            "`{url}`: give the gateway's base URL without a path"
+            "`{url}`: give the {what}'s base URL without a path"
         ));
     }
     let host_port = match rest.rsplit_once(':') {
@@ -263,29 +264,41 @@ mod tests {
     }
 
     #[test]
-    fn gateway_urls_become_host_port() {
+    fn upstream_urls_become_host_port() {
         assert_eq!(
-            gateway_address("http://inference-gateway:80"),
+            upstream_address("http://inference-gateway:80", "gateway"),
             Ok("inference-gateway:80".into())
         );
-        assert_eq!(gateway_address("http://gw"), Ok("gw:80".into()));
-        assert_eq!(gateway_address("http://gw:8081/"), Ok("gw:8081".into()));
-        assert_eq!(gateway_address("HTTP://gw:1"), Ok("gw:1".into()));
-        assert_eq!(gateway_address("http://[::1]"), Ok("[::1]:80".into()));
-        assert_eq!(gateway_address("http://[::1]:9"), Ok("[::1]:9".into()));
-        assert!(gateway_address("http://u:p@gw:1")
+        assert_eq!(upstream_address("http://gw", "gateway"), Ok("gw:80".into()));
+        assert_eq!(
+            upstream_address("http://gw:8081/", "gateway"),
+            Ok("gw:8081".into())
+        );
+        assert_eq!(
+            upstream_address("HTTP://gw:1", "gateway"),
+            Ok("gw:1".into())
+        );
+        assert_eq!(
+            upstream_address("http://[::1]", "gateway"),
+            Ok("[::1]:80".into())
+        );
+        assert_eq!(
+            upstream_address("http://[::1]:9", "gateway"),
+            Ok("[::1]:9".into())
+        );
+        assert!(upstream_address("http://u:p@gw:1", "gateway")
             .unwrap_err()
             .contains("credentials"));
-        assert!(gateway_address("https://gw")
+        assert!(upstream_address("https://gw", "gateway")
             .unwrap_err()
-            .contains("https gateways are not supported"));
-        assert!(gateway_address("gw:80")
+            .contains("an https gateway is not supported"));
+        assert!(upstream_address("gw:80", "gateway")
             .unwrap_err()
             .contains("not an http:// URL"));
-        assert!(gateway_address("http://gw/v1")
+        assert!(upstream_address("http://gw/v1", "gateway")
             .unwrap_err()
             .contains("without a path"));
-        assert!(gateway_address("http://gw:x")
+        assert!(upstream_address("http://gw:x", "gateway")
             .unwrap_err()
             .contains("`x` is not a port"));
     }

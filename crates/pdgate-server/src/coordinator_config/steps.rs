@@ -100,7 +100,7 @@ impl Render {
     pub fn settings(&self) -> Result<RenderSettings, String> {
         use crate::render_step as d;
         let address = match self.address.as_deref() {
-            Some(a) if !a.trim().is_empty() => super::parse::gateway_address(a.trim())
+            Some(a) if !a.trim().is_empty() => super::parse::upstream_address(a.trim(), "render service")
                 .map_err(|m| format!("address: {m}"))?,
             _ => return Err("`address` is required: the render service's base URL, e.g. `http://rendering-service:8080`".into()),
         };

@@ -173,7 +173,7 @@ fn every_refusal_names_its_key_and_line() {
         ("pipeline:\n  steps:\n  - type: prefill\n  - type: decode\n", "coord.yaml: gateway: `gateway.address` is required"),
         (
             "gateway:\n  address: https://gw\npipeline:\n  steps:\n  - type: prefill\n  - type: decode\n",
-            "coord.yaml: line 2: gateway.address: `https://gw`: https gateways are not supported",
+            "coord.yaml: line 2: gateway.address: `https://gw`: an https gateway is not supported",
         ),
         (
             "gateway:\n  address: http://gw\npipeline:\n  kv_connector: kv-sglang\n  steps:\n  - type: prefill\n  - type: decode\n",
@@ -201,7 +201,7 @@ fn every_refusal_names_its_key_and_line() {
         ),
         (
             "gateway:\n  address: http://gw\npipeline:\n  steps:\n  - type: render\n    params:\n      address: https://r\n  - type: prefill\n  - type: decode\n",
-            "coord.yaml: line 5: pipeline.steps[0] (`render`): address: `https://r`: https",
+            "coord.yaml: line 5: pipeline.steps[0] (`render`): address: `https://r`: an https render service is not supported",
         ),
         (
             "gateway:\n  address: http://gw\npipeline:\n  steps:\n  - type: encode\n    params:\n      ec_connector: ec-nixl\n  - type: prefill\n  - type: decode\n",
