@@ -144,7 +144,6 @@ pub fn unguarded_media_url(req: &InferenceRequest) -> Option<String> {
 /// (`Err`, the whole message).
 fn unguarded_media_url_at(req: &InferenceRequest) -> Option<Result<String, String>> {
     use pdgate_api::ApiKind;
-    use serde_json::Value;
     let bytes = req.body.bytes();
     // Only a body that mentions a URL scheme is read (no `\u` trick: the scan below reads the
     // decoded values, so an escaped key or scheme is found there too when this test passes).
@@ -154,54 +153,81 @@ fn unguarded_media_url_at(req: &InferenceRequest) -> Option<Result<String, Strin
     if !mentions {
         return None;
     }
+    let fields: &[&'static str] = match req.kind {
+        ApiKind::Responses => &["input"],
+        ApiKind::Messages => &["system", "messages"],
+        _ => &["messages"],
+    };
+    for &field in fields {
+        let value = match req.body.field(field) {
+            Ok(Some(v)) => v,
+            Ok(None) => continue,
+            Err(e) => {
+                return Some(Err(format!(
+                    "{e}; with replace-media-urls on, its media URLs must be checked"
+                )))
+            }
+        };
+        // The step downloads chat `image_url` parts (`messages[i].content[j]`, object form).
+        let downloads = field == "messages" && req.kind != ApiKind::Messages;
+        if let Some(at) = remote_media(&value, field.to_string(), downloads, 0) {
+            return Some(Ok(at));
+        }
+    }
+    None
+}
+
+/// Keys whose value (a URL string, or an object with a `url`) names media an engine fetches:
+/// vLLM reads a chat part by these keys with or without its `type` (its "simple" part forms),
+/// and Responses items by `image_url` / `file_url`.
+const MEDIA_URL_KEYS: [&str; 4] = ["image_url", "audio_url", "video_url", "file_url"];
+
+/// The path of the first remote media URL in `v` (at `path`, `depth` levels below the field),
+/// searching every nested object: a [`MEDIA_URL_KEYS`] value, or an Anthropic `source` with a
+/// `url`. With `downloads`, a part at `messages[i].content[j]` of `type: image_url` with an
+/// object `image_url` is not reported: the step downloads it.
+fn remote_media(
+    v: &serde_json::Value,
+    path: String,
+    downloads: bool,
+    depth: usize,
+) -> Option<String> {
+    use serde_json::Value;
     let remote = |v: Option<&Value>| {
         v.and_then(Value::as_str).is_some_and(|u| {
             let u = u.trim_start().to_ascii_lowercase();
             u.starts_with("http:") || u.starts_with("https:") || u.starts_with("//")
         })
     };
-    let field = if req.kind == ApiKind::Responses {
-        "input"
-    } else {
-        "messages"
-    };
-    let items = match req.body.field(field) {
-        Ok(items) => items?,
-        Err(e) => {
-            return Some(Err(format!(
-                "{e}; with replace-media-urls on, its media URLs must be checked"
-            )))
-        }
-    };
-    for (i, item) in items.as_array()?.iter().enumerate() {
-        let Some(parts) = item.get("content").and_then(Value::as_array) else {
-            continue;
-        };
-        for (j, p) in parts.iter().enumerate() {
-            let at = |what: &str| format!("{field}[{i}].content[{j}].{what}");
-            let kind = p.get("type").and_then(Value::as_str).unwrap_or_default();
-            let found = match kind {
-                "video_url" | "audio_url" => {
-                    let inner = p.get(kind);
-                    (remote(inner.and_then(|o| o.get("url"))) || remote(inner))
-                        .then(|| at(&format!("{kind}.url")))
+    match v {
+        Value::Array(items) => items
+            .iter()
+            .enumerate()
+            .find_map(|(i, x)| remote_media(x, format!("{path}[{i}]"), downloads, depth + 1)),
+        Value::Object(o) => {
+            let part = depth == 3 && path.ends_with(']');
+            for key in MEDIA_URL_KEYS {
+                let Some(inner) = o.get(key) else { continue };
+                let nested = inner.get("url");
+                if !(remote(Some(inner)) || remote(nested)) {
+                    continue;
                 }
-                "image" | "document" => {
-                    remote(p.get("source").and_then(|s| s.get("url"))).then(|| at("source.url"))
+                let downloaded = downloads
+                    && part
+                    && key == "image_url"
+                    && inner.is_object()
+                    && o.get("type").and_then(Value::as_str) == Some("image_url");
+                if !downloaded {
+                    let at = if nested.is_some() { ".url" } else { "" };
+                    return Some(format!("{path}.{key}{at}"));
                 }
-                "input_image" => {
-                    let u = p.get("image_url");
-                    (remote(u) || remote(u.and_then(|o| o.get("url")))).then(|| at("image_url"))
-                }
-                "input_file" => remote(p.get("file_url")).then(|| at("file_url")),
-                // The step reads `image_url.url`; a bare string is not downloaded.
-                "image_url" => remote(p.get("image_url")).then(|| at("image_url")),
-                _ => None,
-            };
-            if let Some(at) = found {
-                return Some(Ok(at));
             }
+            if remote(o.get("source").and_then(|s| s.get("url"))) {
+                return Some(format!("{path}.source.url"));
+            }
+            o.iter()
+                .find_map(|(k, x)| remote_media(x, format!("{path}.{k}"), downloads, depth + 1))
         }
+        _ => None,
     }
-    None
 }

@@ -278,7 +278,9 @@ impl CoordinatorConfig {
         args.resilience.leg_deadline_secs = secs(self.write_timeout);
         args.resilience.stream_total_timeout_secs =
             (!self.write_timeout.is_zero()).then(|| secs(self.write_timeout));
-        args.shutdown_grace_ms = self.shutdown_timeout.as_millis() as u64;
+        // A positive grace never rounds down to none.
+        args.shutdown_grace_ms =
+            u64::try_from(self.shutdown_timeout.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX);
         args.max_body_bytes = self.max_request_body_bytes;
         args.prefill_router = Some(self.gateway.clone());
         args.decode_router = Some(self.gateway.clone());
@@ -357,7 +359,12 @@ impl CoordinatorConfig {
                 m.max_entries,
                 m.max_download_mib,
                 m.allow_private_networks,
-                m.allowed_domains.join(", "),
+                // JSON strings are YAML flow scalars: any domain text reads back as itself.
+                m.allowed_domains
+                    .iter()
+                    .map(|d| serde_json::Value::from(d.as_str()).to_string())
+                    .collect::<Vec<_>>()
+                    .join(", "),
             );
         }
         if let Some(r) = &self.render {

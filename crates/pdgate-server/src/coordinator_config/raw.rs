@@ -96,9 +96,17 @@ pub struct GoDuration(pub Duration);
 impl<'de> Deserialize<'de> for GoDuration {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         match Value::deserialize(d)? {
-            Value::String(s) => pdgate_scheduler::flow::duration::parse(&s)
-                .map(GoDuration)
-                .map_err(serde::de::Error::custom),
+            Value::String(s) => {
+                let d = pdgate_scheduler::flow::duration::parse(&s)
+                    .map_err(serde::de::Error::custom)?;
+                // Go's time.Duration is an int64 of nanoseconds (about 2562047h).
+                if d.as_nanos() > i64::MAX as u128 {
+                    return Err(serde::de::Error::custom(format!(
+                        "duration `{s}` is over Go's largest (2562047h47m16.854775807s)"
+                    )));
+                }
+                Ok(GoDuration(d))
+            }
             other => Err(serde::de::Error::custom(format!(
                 "expected a duration string such as `30s`, got {}",
                 super::parse::describe(&other)

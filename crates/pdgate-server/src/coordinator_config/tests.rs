@@ -433,6 +433,35 @@ gateway:
     assert_eq!(load(&printed).unwrap(), c);
 }
 
+/// Regression (second adversarial try of issue 13): a 1 ns grace became none; durations past
+/// Go's int64 nanoseconds loaded (llm-d would not start); `allowed_domains` printed unquoted
+/// did not load back as the same list.
+#[test]
+fn go_duration_range_grace_and_domains_print_back() {
+    let with = |server: &str, step: &str| {
+        MINIMAL
+            .replace(
+                "gateway:\n  address: http://gw:8081\n",
+                &format!("server:\n{server}gateway:\n  address: http://gw:8081\n"),
+            )
+            .replace("  steps:\n", &format!("  steps:\n{step}"))
+    };
+    let c = load(&with("  shutdown_timeout: 1ns\n", "")).unwrap();
+    let mut args = Cli::parse_from(["pdgate"]).serve;
+    c.apply(&mut args);
+    assert_eq!(args.shutdown_grace_ms, 1);
+    let e = load(&with("  write_timeout: 9999999999h\n", "")).unwrap_err();
+    assert!(
+        e.contains("server.write_timeout: duration `9999999999h` is over Go's largest"),
+        "{e}"
+    );
+    assert!(load(&with("  write_timeout: 2562047h\n", "")).is_ok());
+    let media = "  - type: replace-media-urls\n    params:\n      allowed_domains: [\"a, b.com\", \"x #y\", \"~\", \"a: b\"]\n";
+    let c = load(&with("", media)).unwrap();
+    let printed = c.effective_yaml();
+    assert_eq!(load(&printed).unwrap(), c, "{printed}");
+}
+
 #[test]
 fn broken_coordinator_files_are_still_told_apart() {
     // YAML that does not parse (a duplicate key, a tab) is still a coordinator file.

@@ -448,7 +448,65 @@ async fn with_replace_media_urls_on_no_api_can_hand_an_engine_an_unchecked_url()
     let deep_chat = json!({"model": "m", "messages": [{"role": "user", "content": [
         {"type": "video_url", "video_url": {"url": metadata}},
         {"type": "text", "text": "x", "extra": deep}]}]});
-    let cases = cases.into_iter().chain([(
+    // Regression (second adversarial try): vLLM reads a chat part by its media key with or
+    // without `type`, and Anthropic / Responses media can sit nested (tool results, system,
+    // top-level input items, function call outputs).
+    let chat =
+        |part: Value| json!({"model": "m", "messages": [{"role": "user", "content": [part]}]});
+    let nested = [
+        (
+            "/v1/chat/completions",
+            chat(json!({"image_url": metadata})),
+            "messages[0].content[0].image_url",
+        ),
+        (
+            "/v1/chat/completions",
+            chat(json!({"video_url": {"url": metadata}})),
+            "messages[0].content[0].video_url.url",
+        ),
+        (
+            "/v1/chat/completions",
+            chat(json!({"uuid": "u1", "image_url": {"url": metadata}})),
+            "messages[0].content[0].image_url.url",
+        ),
+        (
+            "/v1/embeddings",
+            chat(json!({"audio_url": metadata})),
+            "messages[0].content[0].audio_url",
+        ),
+        (
+            "/v1/messages",
+            json!({"model": "m", "max_tokens": 3, "messages": [{"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": "t", "content": [
+                    {"type": "image", "source": {"type": "url", "url": metadata}}]}]}]}),
+            "messages[0].content[0].content[0].source.url",
+        ),
+        (
+            "/v1/messages",
+            json!({"model": "m", "max_tokens": 3,
+                "system": [{"type": "image", "source": {"type": "url", "url": metadata}}],
+                "messages": [{"role": "user", "content": "hi"}]}),
+            "system[0].source.url",
+        ),
+        (
+            "/v1/responses",
+            json!({"model": "m", "input": [{"type": "input_image", "image_url": metadata}]}),
+            "input[0].image_url",
+        ),
+        (
+            "/v1/responses",
+            json!({"model": "m", "input": [{"type": "function_call_output", "call_id": "c",
+                "output": [{"type": "input_image", "image_url": metadata}]}]}),
+            "input[0].output[0].image_url",
+        ),
+        (
+            "/v1/responses",
+            json!({"model": "m", "input": [{"role": "user", "content": [
+                {"type": "image_url", "image_url": {"url": metadata}}]}]}),
+            "input[0].content[0].image_url.url",
+        ),
+    ];
+    let cases = cases.into_iter().chain(nested).chain([(
         "/v1/chat/completions",
         deep_chat,
         "field `messages` cannot be read: recursion limit exceeded; with replace-media-urls on",
