@@ -193,7 +193,26 @@ async fn repeated_prompt_hits_the_engine_cache(url: &str, fleet: &Fleet) {
 
 /// While a stream runs, pdgate's copy of the engine's `vllm:num_requests_running` shows it on
 /// the serving endpoint; once it ends, 0 again.
+///
+/// pdgate's copy lags the engine by up to one scrape interval, so the step first waits until it
+/// shows both engines idle: a request of the previous step still shown running (a CI run saw
+/// the cache-hit repeat at 1 on vllm-0) would be read as this stream, and would also steer the
+/// router to the other engine.
 async fn running_gauge_follows_a_stream(url: &str) {
+    wait_for(
+        Duration::from_secs(30),
+        "pdgate shows both engines idle before the stream",
+        || {
+            let u = url.to_string();
+            async move {
+                let m = support::metrics(&u).await;
+                ["vllm-0", "vllm-1"]
+                    .iter()
+                    .all(|e| endpoint_gauge(&m, "pdgate_endpoint_requests_running", e) == Some(0.0))
+            }
+        },
+    )
+    .await;
     let b = streamed(completion("class Stream:", 200));
     let u = url.to_string();
     let stream = tokio::spawn(async move { post(&u, "/v1/completions", &[], &b).await });
