@@ -131,7 +131,11 @@ impl ResponseBody {
             "upstream {} sent an SSE line over {MAX_SSE_LINE_BYTES} bytes",
             self.endpoint
         );
-        self.fail(LegEvent::StreamBroken, "oversized_line", error_object(msg))
+        self.fail(
+            LegEvent::StreamBroken,
+            "oversized_line",
+            error_object(502, msg),
+        )
     }
 
     /// The upstream body ended cleanly: the request completed on its endpoints.
@@ -206,19 +210,22 @@ impl ResponseBody {
             }
             _ => {
                 let text = String::from_utf8_lossy(&line[..end.min(200)]).into_owned();
-                error_object(format!(
-                    "upstream {} sent a line that is not an SSE event: {text}",
-                    self.endpoint
-                ))
+                error_object(
+                    502,
+                    format!(
+                        "upstream {} sent a line that is not an SSE event: {text}",
+                        self.endpoint
+                    ),
+                )
             }
         };
         self.fail(LegEvent::StreamErrorLine, "engine_error", error)
     }
 }
 
-/// The inner `error` object of `ErrorBody::new(502, message)`.
-fn error_object(message: String) -> serde_json::Value {
-    serde_json::to_value(ErrorBody::new(502, message).error).unwrap_or_default()
+/// The inner `error` object of `ErrorBody::new(status, message)`.
+fn error_object(status: u16, message: String) -> serde_json::Value {
+    serde_json::to_value(ErrorBody::new(status, message).error).unwrap_or_default()
 }
 
 impl Body for ResponseBody {
@@ -246,7 +253,10 @@ impl Body for ResponseBody {
                     };
                     if self.sse.is_some() && self.bare_line.is_none() {
                         let msg = format!("upstream {} failed mid-stream: {e}", self.endpoint);
-                        let ev = self.fail(event, kind, error_object(msg));
+                        // The code the failure rule gives this failure before streaming
+                        // (a timeout 504, a break 502), carried in the event.
+                        let status = crate::failure::client_status(e.failure_kind());
+                        let ev = self.fail(event, kind, error_object(status, msg));
                         Poll::Ready(Some(Ok(Frame::data(ev))))
                     } else if self.sse.is_some() {
                         let ev = self.bare_line_event();

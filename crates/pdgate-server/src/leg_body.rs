@@ -25,6 +25,19 @@ pub enum LegBodyError {
     Broken(String),
 }
 
+impl LegBodyError {
+    /// The failure kind this is in the failure rule (`failure::rule`): a stall is
+    /// `BodyTimeout`, the total cap `Deadline` (both timeouts, 504), a break `BodyBroken` (502).
+    pub fn failure_kind(&self) -> pdgate_coordinator::FailureKind {
+        use pdgate_coordinator::FailureKind as K;
+        match self {
+            LegBodyError::Idle(_) => K::BodyTimeout,
+            LegBodyError::Deadline => K::Deadline,
+            LegBodyError::Broken(_) => K::BodyBroken,
+        }
+    }
+}
+
 /// `now + d`, saturating far in the future instead of overflowing.
 pub fn later(d: Duration) -> Instant {
     after(Instant::now(), d)

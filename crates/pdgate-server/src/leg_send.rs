@@ -88,14 +88,10 @@ pub async fn collect(endpoint: &str, body: LegBody) -> Result<Bytes, DispatchErr
     if !body.is_streamed() {
         return Ok(body.into_full().unwrap_or_default());
     }
-    body.collect().await.map(|c| c.to_bytes()).map_err(|e| {
-        let kind = match e {
-            LegBodyError::Idle(_) => FailureKind::BodyTimeout,
-            LegBodyError::Deadline => FailureKind::Deadline,
-            LegBodyError::Broken(_) => FailureKind::BodyBroken,
-        };
-        DispatchError::new(kind, endpoint, e.to_string())
-    })
+    body.collect()
+        .await
+        .map(|c| c.to_bytes())
+        .map_err(|e: LegBodyError| DispatchError::new(e.failure_kind(), endpoint, e.to_string()))
 }
 
 /// Metric label of an upstream status, without allocating for the common 200.

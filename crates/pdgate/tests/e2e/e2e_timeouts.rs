@@ -2,7 +2,8 @@
 //! and fake engines run in one runtime on loopback, so a 65 s generation or a 300 s stall
 //! takes no wall time. A non-streamed answer that takes 65 s is a 200 and never counts as a
 //! failure; a head followed by silence ends a streamed leg with an SSE error event after the
-//! idle timeout, and a non-streamed one with a 504, not retried. Also the other rows of the
+//! idle timeout, and a non-streamed one with a 504, not retried; a stream past its total cap
+//! ends with a 504 error event that spares the breaker. Also the other rows of the
 //! failure rule that need a fake engine: an error object written as a bare JSON line inside
 //! a 200 SSE stream, and a refused connection retried elsewhere.
 
@@ -32,6 +33,8 @@ enum Answer {
     HeadThenSilence,
     /// A 200 SSE stream with one chunk, then vLLM's error object as a bare JSON line.
     BareErrorLine,
+    /// A 200 SSE stream sending one chunk every this long, never ending (never idle).
+    Trickle(Duration),
 }
 
 /// What a fake engine saw: requests, and bodies dropped before their end (the client of
@@ -81,6 +84,7 @@ async fn engine(answer: Answer) -> (String, Arc<Seen>) {
 }
 
 async fn reply(answer: Answer, seen: Arc<Seen>) -> Response {
+    let trickle_seen = seen.clone();
     let silent = move |first: &'static str| {
         let mark = DropMark(seen.clone());
         let chunks = stream::iter([Ok::<_, std::io::Error>(bytes::Bytes::from(first))])
@@ -108,6 +112,22 @@ async fn reply(answer: Answer, seen: Arc<Seen>) -> Response {
                  data: {\"choices\":[{\"text\":\"never\"}]}\n\n",
             ))
             .unwrap(),
+        Answer::Trickle(every) => {
+            let mark = DropMark(trickle_seen);
+            let chunks = stream::unfold((), move |()| async move {
+                tokio::time::sleep(every).await;
+                let chunk = bytes::Bytes::from_static(b"data: {\"choices\":[{\"text\":\"x\"}]}\n\n");
+                Some((Ok::<_, std::io::Error>(chunk), ()))
+            })
+            .map(move |c| {
+                let _keep = &mark;
+                c
+            });
+            Response::builder()
+                .header("content-type", "text/event-stream")
+                .body(Body::from_stream(chunks))
+                .unwrap()
+        }
         Answer::HeadThenSilence => Response::builder()
             .header("content-type", "application/json")
             .body(silent(""))
@@ -119,6 +139,11 @@ use axum::response::IntoResponse;
 use futures_util::StreamExt;
 
 async fn router(engines: &[&str]) -> ServerHandle {
+    router_with(engines, |_| {}).await
+}
+
+/// [`router`] with its options changed by `edit` first.
+async fn router_with(engines: &[&str], edit: impl FnOnce(&mut ServeOptions)) -> ServerHandle {
     let eps = engines
         .iter()
         .enumerate()
@@ -128,7 +153,8 @@ async fn router(engines: &[&str]) -> ServerHandle {
         })
         .collect();
     let scheduler = Arc::new(Scheduler::from_yaml(DEFAULT_CONFIG_YAML, "default").unwrap());
-    let opts = ServeOptions::new(scheduler, EndpointSource::Static(eps));
+    let mut opts = ServeOptions::new(scheduler, EndpointSource::Static(eps));
+    edit(&mut opts);
     let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     serve_on(l, opts).await.unwrap()
 }
@@ -140,6 +166,24 @@ async fn post(h: &ServerHandle, stream: bool) -> reqwest::Response {
         .send()
         .await
         .unwrap()
+}
+
+/// A streamed request's SSE events (`data: …`, blank-line separated), asserting a 200 head and
+/// that the stream ended `secs` seconds (paused clock) after the request, within 2 s.
+async fn stream_ending_at(h: &ServerHandle, secs: u64) -> Vec<String> {
+    let started = Instant::now();
+    let r = post(h, true).await;
+    assert_eq!(r.status(), 200);
+    let text = r.text().await.unwrap();
+    let waited = started.elapsed();
+    assert!(
+        waited >= Duration::from_secs(secs) && waited < Duration::from_secs(secs + 2),
+        "{waited:?}"
+    );
+    text.split("\n\n")
+        .filter(|e| !e.is_empty())
+        .map(str::to_string)
+        .collect()
 }
 
 fn metric(text: &str, series: &str) -> f64 {
@@ -195,23 +239,16 @@ async fn a_65_second_non_streamed_answer_is_a_200_and_never_a_failure() {
 async fn a_silent_stream_ends_with_an_sse_error_event_after_the_idle_timeout() {
     let (a, seen) = engine(Answer::SseThenSilence).await;
     let h = router(&[&a]).await;
-    let started = Instant::now();
-    let r = post(&h, true).await;
-    assert_eq!(r.status(), 200);
-    let text = r.text().await.unwrap();
-    let waited = started.elapsed();
     // The default idle timeout is 300 s: the error comes then, not before, not much after.
-    assert!(
-        waited >= Duration::from_secs(300) && waited < Duration::from_secs(302),
-        "{waited:?}"
-    );
-    let events: Vec<&str> = text.split("\n\n").filter(|e| !e.is_empty()).collect();
-    assert_eq!(events.len(), 3, "{text}");
+    let events = stream_ending_at(&h, 300).await;
+    assert_eq!(events.len(), 3, "{events:?}");
     assert_eq!(events[0], "data: {\"choices\":[{\"text\":\"he\"}]}");
     let error: Value = serde_json::from_str(events[1].strip_prefix("data: ").unwrap()).unwrap();
     assert_eq!(
-        error["error"]["message"],
-        "upstream e0 failed mid-stream: sent nothing for 300000 ms"
+        error["error"],
+        json!({"message": "upstream e0 failed mid-stream: sent nothing for 300000 ms",
+               "type": "timeout_error", "code": 504}),
+        "a stall is a timeout, as before streaming"
     );
     assert_eq!(events[2], "data: [DONE]");
     let m = metrics(&h).await;
@@ -219,6 +256,50 @@ async fn a_silent_stream_ends_with_an_sse_error_event_after_the_idle_timeout() {
     assert_eq!(h.state.in_flight_total(), 0, "booking released");
     // A stalled engine counts against its breaker (one consecutive failure).
     assert_eq!(h.state.breakers.snapshot()[0].2, 1);
+    tokio::task::yield_now().await;
+    assert_eq!(
+        seen.dropped.load(Ordering::SeqCst),
+        1,
+        "the engine saw the abort"
+    );
+}
+
+/// `--stream-total-timeout-secs` (and a coordinator file's `write_timeout`): a stream that
+/// never stalls but outlives the cap ends at the cap with a 504 error event (it said 502 before
+/// an adversarial try of issue 13), releases its booking, aborts the engine's request and does
+/// not count against the engine's breaker (a long generation is not a sick engine).
+#[tokio::test(start_paused = true)]
+async fn a_stream_past_its_total_cap_ends_with_a_504_error_event_and_spares_the_breaker() {
+    let (a, seen) = engine(Answer::Trickle(Duration::from_secs(10))).await;
+    let h = router_with(&[&a], |o| {
+        o.resilience.timeouts.stream_total = Some(Duration::from_secs(95))
+    })
+    .await;
+    let events = stream_ending_at(&h, 95).await;
+    // The chunks of 10 s … 90 s, the error event, [DONE].
+    assert_eq!(events.len(), 11, "{events:?}");
+    assert!(events[..9]
+        .iter()
+        .all(|e| *e == "data: {\"choices\":[{\"text\":\"x\"}]}"));
+    let error: Value = serde_json::from_str(events[9].strip_prefix("data: ").unwrap()).unwrap();
+    assert_eq!(
+        error["error"],
+        json!({"message": "upstream e0 failed mid-stream: did not finish within the stream's total cap",
+               "type": "timeout_error", "code": 504})
+    );
+    assert_eq!(events[10], "data: [DONE]");
+    let m = metrics(&h).await;
+    assert_eq!(
+        metric(&m, "pdgate_stream_errors_total{kind=\"deadline\"}"),
+        1.0
+    );
+    assert_eq!(h.state.in_flight_total(), 0, "booking released");
+    assert_eq!(h.state.breakers.state("e0"), BreakerState::Closed);
+    let snapshot = h.state.breakers.snapshot();
+    assert!(
+        snapshot.iter().all(|(_, _, failures, _)| *failures == 0),
+        "no failure counted: {snapshot:?}"
+    );
     tokio::task::yield_now().await;
     assert_eq!(
         seen.dropped.load(Ordering::SeqCst),
