@@ -19,6 +19,7 @@ pub mod prompts;
 pub mod raw_object;
 pub mod request_fields;
 pub mod role;
+pub mod serde_text;
 pub mod spells;
 pub mod sse;
 pub mod usage_reader;

@@ -58,7 +58,8 @@ pub fn parse_endpoints_yaml(text: &str, source: &str) -> Result<Vec<Endpoint>, D
         message,
     };
     crate::file_read::check_nesting(text).map_err(err)?;
-    let file: EndpointsFile = serde_yaml_ng::from_str(text).map_err(|e| err(e.to_string()))?;
+    let file: EndpointsFile = serde_yaml_ng::from_str(text)
+        .map_err(|e| err(pdgate_api::serde_text::plain_expectation(&e.to_string()).into()))?;
     let mut out = Vec::with_capacity(file.endpoints.len());
     for (i, e) in file.endpoints.into_iter().enumerate() {
         let name = e.name.unwrap_or_else(|| e.address.clone());

@@ -145,3 +145,18 @@ fn departed_endpoints_are_retired_and_listeners_see_each_snapshot() {
     assert!(!Arc::ptr_eq(new_a, &old_a) && !new_a.is_retired());
     assert_eq!(*seen.lock(), [(1, 2), (2, 1), (3, 2)]);
 }
+
+#[test]
+fn ill_typed_files_say_the_shape_expected_not_a_rust_type() {
+    for (yaml, want) in [
+        ("5", "eps.yaml: invalid type: integer `5`, expected a mapping"),
+        ("[5]", "eps.yaml: invalid type: sequence, expected a mapping"),
+        (
+            "endpoints: [5]",
+            "eps.yaml: endpoints[0]: invalid type: integer `5`, expected a mapping at line 1 column 13",
+        ),
+    ] {
+        let e = parse_endpoints_yaml(yaml, "eps.yaml").unwrap_err().to_string();
+        assert_eq!(e, want, "{yaml}");
+    }
+}

@@ -38,7 +38,8 @@ impl fmt::Display for ConfigError {
         if let Some(p) = &self.plugin {
             write!(f, "plugin `{}` (type `{}`): ", p.name, p.plugin_type)?;
         }
-        f.write_str(&self.message)
+        // serde's Rust type names never reach the user (`pdgate_api::serde_text`).
+        f.write_str(&pdgate_api::serde_text::plain_expectation(&self.message))
     }
 }
 

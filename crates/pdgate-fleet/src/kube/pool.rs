@@ -94,13 +94,17 @@ struct SpecV1alpha2 {
 /// [`MAX_TARGET_PORTS`], a port outside 1–65535, a port given twice, an `appProtocol` other
 /// than `http` (pdgate speaks HTTP/1.1 to engines).
 pub fn parse(group: &str, object: &serde_json::Value) -> Result<PoolSpec, String> {
+    let spec_error = |e: serde_json::Error| {
+        format!(
+            "spec: {}",
+            pdgate_api::serde_text::plain_expectation(&e.to_string())
+        )
+    };
     let (selector, raw_ports) = if group == GROUP_V1ALPHA2 {
-        let p: Pool<SpecV1alpha2> =
-            serde_json::from_value(object.clone()).map_err(|e| format!("spec: {e}"))?;
+        let p: Pool<SpecV1alpha2> = serde_json::from_value(object.clone()).map_err(spec_error)?;
         (p.spec.selector, vec![p.spec.target_port_number])
     } else {
-        let p: Pool<SpecV1> =
-            serde_json::from_value(object.clone()).map_err(|e| format!("spec: {e}"))?;
+        let p: Pool<SpecV1> = serde_json::from_value(object.clone()).map_err(spec_error)?;
         if let Some(proto) = p.spec.app_protocol.filter(|a| a != "http") {
             return Err(format!(
                 "spec.appProtocol {proto:?} is not supported (pdgate speaks http to engines)"
@@ -189,5 +193,14 @@ mod tests {
             .starts_with("spec.appProtocol")
         );
         assert!(with(json!({"targetPorts": [{"number": 80}]})).contains("selector"));
+        // Ill-typed parts say what shape was expected, never a Rust type name.
+        assert_eq!(
+            with(json!(5)),
+            "spec: invalid type: integer `5`, expected a mapping"
+        );
+        assert_eq!(
+            with(json!({"selector": 5, "targetPorts": [{"number": 80}]})),
+            "spec: invalid type: integer `5`, expected a mapping"
+        );
     }
 }

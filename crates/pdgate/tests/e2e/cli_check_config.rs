@@ -190,12 +190,12 @@ fn serve_lists_every_config_error_and_checks_router_addresses_at_start() {
 #[test]
 fn serve_rejects_invalid_or_duplicate_forward_response_headers_at_start() {
     for (value, want) in [
-        ("x-a,bad name", "forward_response_headers: `bad name` is not a valid header name"),
-        ("x-a,X-A", "forward_response_headers: `X-A` is listed twice"),
+        ("x-a,bad name", "--forward-response-headers: `bad name` is not a valid header name"),
+        ("x-a,X-A", "--forward-response-headers: `X-A` is listed twice"),
         ("x-a,,x-b", "--forward-response-headers: an empty name in the list"),
         (
             "x-llm-d-revision-decision-id",
-            "forward_response_headers: `x-llm-d-revision-decision-id` is hop-by-hop or router-owned",
+            "--forward-response-headers: `x-llm-d-revision-decision-id` is hop-by-hop or router-owned",
         ),
     ] {
         let (code, stderr) = serve_fails(&[
@@ -206,5 +206,47 @@ fn serve_rejects_invalid_or_duplicate_forward_response_headers_at_start() {
         ]);
         assert_eq!(code, Some(1), "{value}: {stderr}");
         assert!(stderr.contains(want), "{value}: {stderr}");
+    }
+}
+
+/// A value of the wrong shape, anywhere in either kind of file, is named by the shape expected
+/// ("a mapping"), never by the Rust type pdgate decodes it into (`expected struct RawDoc`,
+/// `RawPlugin`, `NoParams`, … leaked before; found by the adversarial try of issue 13).
+#[test]
+fn ill_typed_values_name_the_shape_expected_not_a_rust_type() {
+    let plugins = "plugins:\n- type: queue-scorer\n  parameters: 5\n";
+    let coordinator = "gateway:\n  address: http://gw:8081\npipeline:\n  steps:\n  - type: prefill\n    params: 5\n  - type: decode\n";
+    for (yaml, want) in [
+        ("[]\n", "line 1: invalid type: sequence, expected a mapping"),
+        ("5\n", "line 1: invalid type: integer `5`, expected a mapping"),
+        ("plugins:\n- 5\n", "line 2: plugins[0]: invalid type: integer `5`, expected a mapping"),
+        (
+            plugins,
+            "line 2: plugin `queue-scorer` (type `queue-scorer`): parameters: invalid type: integer `5`, expected a mapping",
+        ),
+        (
+            "plugins:\n- type: prefix-cache-scorer\n  parameters: [1]\n",
+            "parameters: invalid type: sequence, expected a mapping",
+        ),
+        (
+            "schedulingProfiles:\n- name: a\n  plugins: [5]\n",
+            "line 3: schedulingProfiles[0].plugins[0]: invalid type: integer `5`, expected a mapping",
+        ),
+        ("flowControl: 5\n", "line 1: flowControl: invalid type: integer `5`, expected a mapping"),
+        ("dataLayer: 5\n", "line 1: dataLayer: invalid type: integer `5`, expected a mapping"),
+        (coordinator, "invalid type: integer `5`, expected the step's params"),
+        (
+            "gateway: 5\npipeline:\n  steps:\n  - type: prefill\n  - type: decode\n",
+            "line 1: gateway: invalid type: integer `5`, expected the `gateway` settings",
+        ),
+    ] {
+        let f = TempFile::new("ill-typed", yaml);
+        let (code, stdout, stderr) = check_config(&f.0);
+        assert_eq!((code, stdout.as_str()), (Some(1), ""), "{yaml}: {stderr}");
+        assert!(stderr.contains(want), "{yaml}: {stderr}");
+        assert!(
+            !stderr.contains("struct") && !stderr.contains("enum ") && !stderr.contains("Raw"),
+            "{yaml}: {stderr}"
+        );
     }
 }
