@@ -33,19 +33,18 @@ fn is_hop_by_hop(name: &HeaderName) -> bool {
     HOP_BY_HOP.contains(&name.as_str())
 }
 
-/// A `forward_response_headers` list that cannot be used (checked at start).
+/// A `forward_response_headers` list that cannot be used (checked at start). The message names
+/// the entry; the caller names where the list came from (the flag or the coordinator file's key).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ForwardRulesError {
     /// Not a valid HTTP header name.
-    #[error("forward_response_headers: `{0}` is not a valid header name")]
+    #[error("`{0}` is not a valid header name")]
     Invalid(String),
     /// Listed twice (names compare case-insensitively).
-    #[error("forward_response_headers: `{0}` is listed twice")]
+    #[error("`{0}` is listed twice")]
     Duplicate(String),
     /// A hop-by-hop or router-owned header cannot be forwarded.
-    #[error(
-        "forward_response_headers: `{0}` is hop-by-hop or router-owned and cannot be forwarded"
-    )]
+    #[error("`{0}` is hop-by-hop or router-owned and cannot be forwarded")]
     Reserved(String),
 }
 
@@ -324,7 +323,7 @@ mod tests {
         }
         assert_eq!(
             ForwardRules::new(&["x a"]).unwrap_err().to_string(),
-            "forward_response_headers: `x a` is not a valid header name"
+            "`x a` is not a valid header name"
         );
     }
 

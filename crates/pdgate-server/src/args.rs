@@ -260,7 +260,8 @@ pub async fn run(mut args: ServeArgs) -> anyhow::Result<()> {
         if names.iter().any(|n| n.is_empty()) {
             anyhow::bail!("--forward-response-headers: an empty name in the list");
         }
-        opts.forward_rules = ForwardRules::new(&names)?;
+        opts.forward_rules = ForwardRules::new(&names)
+            .map_err(|e| anyhow::anyhow!("--forward-response-headers: {e}"))?;
     }
     if let (Some(p), Some(d)) = (&args.prefill_router, &args.decode_router) {
         check_address(p).map_err(|e| anyhow::anyhow!("--prefill-router: {e}"))?;

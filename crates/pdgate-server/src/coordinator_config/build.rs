@@ -5,6 +5,7 @@ use super::parse::{listen_addr, upstream_address};
 use super::raw::{GoDuration, RawFile};
 use super::steps::{self, Step, DEFAULT_ENCODE_MAX_PARALLEL};
 use super::{defaults, CoordinatorConfig, MAX_ENCODE_PARALLEL};
+use pdgate_coordinator::header_rules::ForwardRules;
 use pdgate_coordinator::KvConnector;
 use std::time::Duration;
 
@@ -166,15 +167,13 @@ pub(super) fn build(
         }
     }
     if let Some(h) = &raw.pipeline.forward_response_headers {
-        for (i, n) in h.iter().enumerate() {
-            let bad = |why: String| (Key::Path("pipeline.forward_response_headers"), why);
-            if n.trim().is_empty() {
-                return Err(bad(format!("entry {i} must not be empty")));
-            }
-            if http::HeaderName::from_bytes(n.trim().as_bytes()).is_err() {
-                return Err(bad(format!("entry {i} `{n}` is not a header name")));
-            }
+        // The same rules `serve` applies to the flag, so `check-config` refuses what `serve`
+        // would, naming the file's key and line.
+        let bad = |why: String| (Key::Path("pipeline.forward_response_headers"), why);
+        if let Some(i) = h.iter().position(|n| n.trim().is_empty()) {
+            return Err(bad(format!("entry {i} must not be empty")));
         }
+        ForwardRules::new(h).map_err(|e| bad(e.to_string()))?;
     }
     Ok(CoordinatorConfig {
         log_level: raw.log_level.unwrap_or(defaults::LOG_LEVEL),

@@ -261,13 +261,13 @@ impl CoordinatorConfig {
         // Go reads a zero timeout as "none": the flags' largest value (one year). A positive
         // one is rounded up to its flag's unit, so that it never becomes zero ("none").
         let max_secs = crate::resilience_args::MAX_TIMEOUT_SECS;
-        let ms = |d: Duration| match d.as_nanos().div_ceil(1_000_000) {
+        let ms = |d: Duration| match units_up(d, Duration::from_millis(1), max_secs * 1000) {
             0 => max_secs * 1000,
-            n => u64::try_from(n).unwrap_or(u64::MAX).min(max_secs * 1000),
+            n => n,
         };
-        let secs = |d: Duration| match d.as_nanos().div_ceil(1_000_000_000) {
+        let secs = |d: Duration| match units_up(d, Duration::from_secs(1), max_secs) {
             0 => max_secs,
-            n => u64::try_from(n).unwrap_or(u64::MAX).min(max_secs),
+            n => n,
         };
         args.host = self.host.clone();
         args.port = self.port;
@@ -280,7 +280,7 @@ impl CoordinatorConfig {
             (!self.write_timeout.is_zero()).then(|| secs(self.write_timeout));
         // A positive grace never rounds down to none.
         args.shutdown_grace_ms =
-            u64::try_from(self.shutdown_timeout.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX);
+            units_up(self.shutdown_timeout, Duration::from_millis(1), u64::MAX);
         args.max_body_bytes = self.max_request_body_bytes;
         args.prefill_router = Some(self.gateway.clone());
         args.decode_router = Some(self.gateway.clone());
@@ -393,6 +393,13 @@ impl CoordinatorConfig {
     pub fn log_filter(&self) -> &'static str {
         log_filter(self.log_level)
     }
+}
+
+/// `d` in whole `unit`s, rounded up (so that a positive duration never becomes 0, which the
+/// flags read as "none"), at most `cap`; zero stays zero.
+fn units_up(d: Duration, unit: Duration, cap: u64) -> u64 {
+    let n = d.as_nanos().div_ceil(unit.as_nanos().max(1));
+    u64::try_from(n).unwrap_or(u64::MAX).min(cap)
 }
 
 /// `d` as a Go duration string that reads back to the same value: whole milliseconds as

@@ -86,14 +86,14 @@ pub(super) fn upstream_address(url: &str, what: &str) -> Result<String, String> 
 ///
 /// Errors: the value does not read as the key's type.
 pub(super) fn set_from_env(raw: &mut RawFile, key: &str, value: &str) -> Result<(), String> {
+    // As Go's strconv.Atoi and ParseBool read them: no surrounding space.
     let int = || {
         value
-            .trim()
             .parse::<i64>()
             .map_err(|_| format!("`{value}` is not an integer"))
     };
     let dur = || pdgate_scheduler::flow::duration::parse(value).map(GoDuration);
-    let boolean = || match value.trim() {
+    let boolean = || match value {
         "1" | "t" | "T" | "true" | "TRUE" | "True" => Ok(true),
         "0" | "f" | "F" | "false" | "FALSE" | "False" => Ok(false),
         _ => Err(format!("`{value}` is not a boolean")),

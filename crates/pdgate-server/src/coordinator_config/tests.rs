@@ -157,6 +157,33 @@ fn environment_overrides_the_file() {
         e.starts_with("coord.yaml: COORDINATOR_SERVER_READ_TIMEOUT (overrides `server.read_timeout`): duration `30`"),
         "{e}"
     );
+    // Numbers and booleans as Go's strconv reads them: surrounding space is refused.
+    for (var, value, want) in [
+        (
+            "COORDINATOR_SERVER_MAX_REQUEST_BODY_SIZE",
+            " 8",
+            "` 8` is not an integer",
+        ),
+        (
+            "COORDINATOR_GATEWAY_MAX_IDLE_CONNS_PER_HOST",
+            "8\n",
+            "`8\n` is not an integer",
+        ),
+        (
+            "COORDINATOR_PIPELINE_USE_OPENAI_FORMAT",
+            "true ",
+            "`true ` is not a boolean",
+        ),
+    ] {
+        let bad = |k: &str| (k == var).then(|| value.to_string());
+        let e = CoordinatorConfig::load(MINIMAL, "coord.yaml", &bad)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with(&format!("coord.yaml: {var} ")) && e.ends_with(want),
+            "{e}"
+        );
+    }
 }
 
 #[test]
@@ -345,7 +372,27 @@ fn adversarial_inputs_are_refused_and_blamed_on_their_source() {
         "{MINIMAL}  forward_response_headers: [\"x-a, x-b\"]\n"
     ))
     .unwrap_err();
-    assert!(e.contains("entry 0 `x-a, x-b` is not a header name"), "{e}");
+    assert!(e.contains("`x-a, x-b` is not a valid header name"), "{e}");
+    // The rest of what `serve` refuses is refused by the file's own check, with its line
+    // (an adversarial try found these passing `check-config` and failing `serve` unlocated).
+    let line = MINIMAL.lines().count() + 1;
+    for (list, why) in [
+        ("[x-a, X-A]", "`X-A` is listed twice"),
+        (
+            "[host]",
+            "`host` is hop-by-hop or router-owned and cannot be forwarded",
+        ),
+        ("[content-length]", "`content-length` is hop-by-hop"),
+        (
+            "[x-request-id]",
+            "`x-request-id` is hop-by-hop or router-owned",
+        ),
+        ("[x-a, \" \"]", "entry 1 must not be empty"),
+    ] {
+        let e = load(&format!("{MINIMAL}  forward_response_headers: {list}\n")).unwrap_err();
+        let want = format!("line {line}: pipeline.forward_response_headers: {why}");
+        assert!(e.contains(&want), "{list}: {e}");
+    }
     // A value from the environment is blamed on its variable, not on the file's line.
     let env = |k: &str| (k == "COORDINATOR_PIPELINE_KV_CONNECTOR").then(|| "kv-sglang".to_string());
     let e = CoordinatorConfig::load(MINIMAL, "coord.yaml", &env)
