@@ -38,6 +38,7 @@ mod e2e_plugins_datalayer;
 mod e2e_plugins_multimodal;
 mod e2e_plugins_prefix;
 mod e2e_plugins_topology;
+mod e2e_pre_steps;
 mod e2e_replicas;
 mod e2e_request_ctx;
 mod e2e_retries;
