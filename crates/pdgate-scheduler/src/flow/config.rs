@@ -29,12 +29,12 @@
 //! ordering to `fcfs-ordering-policy`. `enableEviction: true` turns on in-flight eviction
 //! ([`super::eviction`]).
 
+use super::config_raw::RawBand;
+pub use super::config_raw::{RawFlowControl, RawSections};
 use super::detector::{SaturationDetector, UtilizationDetector};
-use super::duration::GoDuration;
 pub use super::plugins::Declared;
 use super::plugins::{Fairness, FlowPolicy, Ordering};
 use super::quantity::Quantity;
-use serde::Deserialize;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -177,63 +177,6 @@ impl std::fmt::Debug for FlowSettings {
             .field("control", &self.control)
             .finish()
     }
-}
-
-/// The two sections as written (the rest of the document is read elsewhere).
-#[derive(Debug, Default, Deserialize)]
-pub struct RawSections {
-    /// `featureGates`.
-    #[serde(rename = "featureGates", default)]
-    pub feature_gates: Vec<String>,
-    /// `flowControl`.
-    #[serde(rename = "flowControl")]
-    pub flow_control: Option<RawFlowControl>,
-    /// The deprecated top-level `saturationDetector` (`{pluginRef}`, or GAIE v1.3's
-    /// utilization thresholds).
-    #[serde(rename = "saturationDetector")]
-    pub saturation_detector: Option<serde_yaml_ng::Value>,
-}
-
-/// `flowControl` as written.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct RawFlowControl {
-    max_bytes: Option<Quantity>,
-    max_requests: Option<Quantity>,
-    #[serde(rename = "defaultRequestTTL")]
-    default_request_ttl: Option<GoDuration>,
-    #[serde(rename = "noEndpointRequestTTL")]
-    no_endpoint_request_ttl: Option<GoDuration>,
-    default_priority_band: Option<RawBand>,
-    default_negative_priority_band: Option<RawBand>,
-    #[serde(default)]
-    priority_bands: Vec<RawBand>,
-    usage_limit_policy_plugin_ref: Option<String>,
-    band_selection_policy_plugin_ref: Option<String>,
-    saturation_detector: Option<RawRef>,
-    enable_eviction: Option<bool>,
-    /// llm-d v1's alpha endpoint gate: refused, named.
-    endpoint_gate_plugin_ref: Option<String>,
-}
-
-/// A band as written.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-struct RawBand {
-    priority: Option<i32>,
-    max_bytes: Option<Quantity>,
-    max_requests: Option<Quantity>,
-    #[serde(rename = "defaultRequestTTL")]
-    default_request_ttl: Option<GoDuration>,
-    fairness_policy_ref: Option<String>,
-    ordering_policy_ref: Option<String>,
-}
-
-/// `{pluginRef}`.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-struct RawRef {
-    plugin_ref: Option<String>,
 }
 
 /// A resolution error: the field (dotted) and the message.

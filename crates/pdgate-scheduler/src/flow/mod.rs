@@ -16,6 +16,7 @@
 //! `requestcontrol/admission.go` (outcome → status mapping).
 
 pub mod config;
+mod config_raw;
 pub mod detector;
 pub mod duration;
 mod effective;
