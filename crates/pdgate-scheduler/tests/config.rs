@@ -129,7 +129,7 @@ fn wrong_parameter_type_names_the_field() {
     assert_eq!(
         err(yaml),
         "epp.yaml: line 4: plugin `prefix-based-pd-decider` (type `prefix-based-pd-decider`): \
-         parameters.nonCachedTokens: invalid type: string \"lots\", expected usize"
+         parameters.nonCachedTokens: invalid type: string \"lots\", expected a non-negative integer"
     );
     let yaml = "plugins:\n- type: prefix-cache-scorer\n  parameters:\n    matchLengthWeight: 2\n";
     assert_eq!(

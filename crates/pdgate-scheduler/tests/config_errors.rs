@@ -66,7 +66,7 @@ fn plugins_with_bad_parameters_are_each_reported() {
         errors(yaml),
         [
             "epp.yaml: line 4: plugin `approx-prefix-cache-producer` (type `approx-prefix-cache-producer`): \
-             parameters.blockSizeTokens: invalid type: string \"lots\", expected usize",
+             parameters.blockSizeTokens: invalid type: string \"lots\", expected a non-negative integer",
             "epp.yaml: line 7: plugin `prefix-cache-scorer` (type `prefix-cache-scorer`): \
              parameters.matchLengthWeight: must be between 0 and 1",
             "epp.yaml: line 10: plugin `weighted-random-picker` (type `weighted-random-picker`): \
@@ -181,7 +181,7 @@ fn malformed_entries_are_reported_one_each_and_skipped() {
             "epp.yaml: line 7: plugin `kv-cache-utilization-scorer` (type `kv-cache-utilization-scorer`): \
              parameters: unknown field `x`, there are no fields",
             "epp.yaml: line 16: schedulingProfiles[1].plugins[0].weight: invalid type: string \"heavy\", \
-             expected f64",
+             expected a number",
             "epp.yaml: line 17: schedulingProfiles[2]: missing field `name`",
             // Profiles `a` and `b` (malformed or not) need a handler.
             "epp.yaml: no profile handler: 2 scheduling profiles need one (e.g. `disagg-profile-handler`)",
