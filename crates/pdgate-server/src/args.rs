@@ -26,7 +26,8 @@ pub struct ServeArgs {
     /// EndpointPickerConfig YAML (llm-d format). Without it, the built-in default is used.
     #[arg(long)]
     pub config: Option<PathBuf>,
-    /// Print the effective scheduler config (defaults injected) and exit.
+    /// Print the effective config (defaults injected) and exit: the scheduler's, or with
+    /// `--coordinator-config` the coordinator file's (as `pdgate check-config` prints it).
     #[arg(long)]
     pub print_config: bool,
     /// Where endpoints come from.
@@ -193,6 +194,10 @@ pub fn load_scheduler(path: Option<&PathBuf>) -> anyhow::Result<Scheduler> {
 pub async fn run(mut args: ServeArgs) -> anyhow::Result<()> {
     if let Some(path) = args.coordinator_config.clone() {
         let c = load_coordinator_config(&path)?;
+        if args.print_config {
+            print!("{}", c.effective_yaml());
+            return Ok(());
+        }
         c.apply(&mut args);
         tracing::info!(
             file = %path.display(),

@@ -9,22 +9,56 @@ use crate::app::{spawn_listener, AppState};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::net::{TcpListener, TcpSocket};
+use tokio::net::TcpListener;
 
 /// One `SO_REUSEPORT` listener on `addr`; with port 0, pass the port of the first listener
-/// for the others.
+/// for the others. The unspecified IPv6 address (`[::]`) is bound dual-stack (IPv4 clients
+/// too, whatever the host's `bindv6only`), as Go binds `:PORT`.
 pub fn bind_reuseport(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
-    let socket = if addr.is_ipv4() {
-        TcpSocket::new_v4()?
-    } else {
-        TcpSocket::new_v6()?
-    };
-    socket.set_reuseaddr(true)?;
+    let socket = tcp_socket(addr)?;
+    socket.set_reuse_address(true)?;
     #[cfg(unix)]
-    socket.set_reuseport(true)?;
-    socket.bind(addr)?;
-    let listener = socket.listen(1024)?;
-    listener.into_std()
+    socket.set_reuse_port(true)?;
+    socket.set_nonblocking(true)?;
+    socket.bind(&addr.into())?;
+    socket.listen(1024)?;
+    Ok(socket.into())
+}
+
+/// Where `spawn_server_threads` probes `addr`: `[::]` (every interface) falls back to
+/// `0.0.0.0` on a host without IPv6, logged; any other address is bound as given.
+fn probe(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
+    match bind_reuseport_free(addr) {
+        Err(e)
+            if addr.is_ipv6()
+                && addr.ip().is_unspecified()
+                && e.kind() != std::io::ErrorKind::AddrInUse =>
+        {
+            let v4 = SocketAddr::from(([0, 0, 0, 0], addr.port()));
+            tracing::warn!(error = %e, %v4, "IPv6 is unavailable: listening on every IPv4 interface");
+            bind_reuseport_free(v4)
+        }
+        other => other,
+    }
+}
+
+/// A plain (not `SO_REUSEPORT`) bind of `addr`, dual-stack for `[::]`: it fails when any
+/// other listener holds the port, so two routers never silently share one.
+fn bind_reuseport_free(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
+    let socket = tcp_socket(addr)?;
+    socket.bind(&addr.into())?;
+    socket.listen(1)?;
+    Ok(socket.into())
+}
+
+/// A TCP socket for `addr`'s family; dual-stack when `addr` is `[::]`.
+fn tcp_socket(addr: SocketAddr) -> std::io::Result<socket2::Socket> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+    if addr.is_ipv6() && addr.ip().is_unspecified() {
+        socket.set_only_v6(false)?;
+    }
+    Ok(socket)
 }
 
 /// Starts `threads` server threads (at least 1) on `addr` (port 0 picks one port for all) and
@@ -38,10 +72,7 @@ pub fn spawn_server_threads(
     threads: usize,
     state: &Arc<AppState>,
 ) -> std::io::Result<SocketAddr> {
-    let bound = {
-        let probe = std::net::TcpListener::bind(addr)?;
-        probe.local_addr()?
-    };
+    let bound = probe(addr)?.local_addr()?;
     let mut listeners = Vec::with_capacity(threads.max(1));
     for _ in 0..threads.max(1) {
         listeners.push(bind_reuseport(bound)?);

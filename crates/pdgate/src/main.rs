@@ -74,6 +74,8 @@ fn main() -> std::process::ExitCode {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default.unwrap_or("warn"))),
         )
         .with_writer(std::io::stderr)
+        // Colours only on a terminal: a log file or a pod's log gets plain text.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     if let Cmd::CheckConfig { file } = &cli.cmd {
         return check_config(file);

@@ -9,7 +9,7 @@
 //! | file | default | `pdgate serve` flag |
 //! |---|---|---|
 //! | `log_level` (1 warn … 5 trace) | 2 (info) | log filter, unless `RUST_LOG` is set |
-//! | `server.listen_addr` | `:8080` (every IPv4 interface) | `--host`, `--port` |
+//! | `server.listen_addr` | `:8080` (every interface, IPv6 and IPv4, as Go) | `--host`, `--port` |
 //! | `server.read_timeout` | 30s | `--client-header-timeout-ms`, `--client-body-timeout-ms` |
 //! | `server.write_timeout` | 120s | `--leg-deadline-secs` (non-streamed legs), `--stream-total-timeout-secs` (streamed legs) |
 //! | `server.shutdown_timeout` | 25s | `--shutdown-grace-ms` |
@@ -85,7 +85,7 @@ pub mod defaults {
 pub struct CoordinatorConfig {
     /// 1 warn, 2 info, 3–4 debug, 5 trace.
     pub log_level: i64,
-    /// Host to bind (`0.0.0.0` for `:PORT`).
+    /// Host to bind (`::` for `:PORT`: every interface, dual-stack).
     pub host: String,
     /// Port to bind.
     pub port: u16,
@@ -331,7 +331,11 @@ impl CoordinatorConfig {
         let mut y = format!(
             "log_level: {}\nserver:\n  listen_addr: \"{}:{}\"\n  read_timeout: {}\n  write_timeout: {}\n  shutdown_timeout: {}\n  max_request_body_size: {}\ngateway:\n  address: http://{}\n  max_idle_conns_per_host: {}\n  idle_conn_timeout: {}\n  timeout: {}\npipeline:\n  kv_connector: {}\n  use_openai_format: {}\n",
             self.log_level,
-            if self.host.contains(':') { format!("[{}]", self.host) } else { self.host.clone() },
+            match self.host.as_str() {
+                "::" => String::new(),
+                h if h.contains(':') => format!("[{h}]"),
+                h => h.to_string(),
+            },
             self.port,
             d(self.read_timeout),
             d(self.write_timeout),

@@ -17,8 +17,8 @@ pub(crate) fn describe(v: &Value) -> String {
     }
 }
 
-/// `server.listen_addr` as Go's `net/http` reads it: `:PORT` (every interface; pdgate binds
-/// `0.0.0.0`), `HOST:PORT`, `[V6]:PORT`.
+/// `server.listen_addr` as Go's `net/http` reads it: `:PORT` (every interface, IPv6 and IPv4:
+/// host `::`), `HOST:PORT`, `[V6]:PORT`.
 ///
 /// Errors: no port, or a port that is not a number (0 binds a free port, as in Go).
 pub(super) fn listen_addr(addr: &str) -> Result<(String, u16), String> {
@@ -29,7 +29,9 @@ pub(super) fn listen_addr(addr: &str) -> Result<(String, u16), String> {
     }
     let port: u16 = port.parse().map_err(|_| bad())?;
     let host = match host {
-        "" => "0.0.0.0",
+        // Go's `:PORT`: every interface, IPv6 and IPv4 (`threads::spawn_server_threads` binds
+        // `[::]` dual-stack, or `0.0.0.0` where IPv6 is unavailable).
+        "" => "::",
         h => h
             .strip_prefix('[')
             .and_then(|h| h.strip_suffix(']'))
@@ -252,7 +254,9 @@ mod tests {
 
     #[test]
     fn listen_addresses_read_like_go() {
-        assert_eq!(listen_addr(":8080"), Ok(("0.0.0.0".into(), 8080)));
+        assert_eq!(listen_addr(":8080"), Ok(("::".into(), 8080)));
+        assert_eq!(listen_addr("[::]:8080"), Ok(("::".into(), 8080)));
+        assert_eq!(listen_addr("0.0.0.0:8080"), Ok(("0.0.0.0".into(), 8080)));
         assert_eq!(listen_addr("127.0.0.1:9"), Ok(("127.0.0.1".into(), 9)));
         assert_eq!(listen_addr("[::1]:8080"), Ok(("::1".into(), 8080)));
         assert_eq!(

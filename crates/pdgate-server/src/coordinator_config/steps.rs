@@ -197,19 +197,19 @@ impl ReplaceMediaUrls {
                 ))
             }
         };
+        let allowed_domains = (self.allowed_domains.iter().flatten().enumerate())
+            .map(|(i, d)| {
+                crate::media_urls::allowed_domain(d)
+                    .map_err(|m| format!("allowed_domains[{i}]: {m}"))
+            })
+            .collect::<Result<Vec<String>, String>>()?;
         Ok(MediaSettings {
             download_timeout,
             max_concurrent_downloads,
             max_entries,
             max_download_mib,
             allow_private_networks: self.allow_private_networks.unwrap_or(false),
-            allowed_domains: self
-                .allowed_domains
-                .iter()
-                .flatten()
-                .map(|h| h.trim().to_ascii_lowercase())
-                .filter(|h| !h.is_empty())
-                .collect(),
+            allowed_domains,
         })
     }
 }

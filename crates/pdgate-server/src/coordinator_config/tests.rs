@@ -32,7 +32,7 @@ fn llm_d_sample_loads_as_is_with_every_step() {
         c,
         CoordinatorConfig {
             log_level: 2,
-            host: "0.0.0.0".into(),
+            host: "::".into(),
             port: 8080,
             read_timeout: Duration::from_secs(30),
             write_timeout: Duration::from_secs(120),
@@ -311,7 +311,7 @@ fn a_bad_value_in_server_or_gateway_names_its_own_key_and_line() {
         (
             "log_level: 2",
             "log_level: x",
-            "coord.yaml: line 18: log_level: invalid type: string \"x\", expected i64",
+            "coord.yaml: line 18: log_level: invalid type: string \"x\", expected an integer",
         ),
     ];
     for (from, to, want) in cases {
@@ -336,6 +336,14 @@ fn coordinator_files_are_told_from_endpoint_picker_configs() {
 
 #[test]
 fn the_effective_file_loads_to_the_same_settings() {
+    // llm-d's `:8080` (every interface, dual-stack as in Go) prints back as written.
+    let c = load(&format!("server:\n  listen_addr: \":8080\"\n{MINIMAL}")).unwrap();
+    assert_eq!((c.host.as_str(), c.port), ("::", 8080));
+    assert!(c.effective_yaml().contains("  listen_addr: \":8080\"\n"));
+    let mut args = Cli::parse_from(["pdgate"]).serve;
+    c.apply(&mut args);
+    assert_eq!((args.host.as_str(), args.port), ("::", 8080));
+
     let yaml = "server:\n  listen_addr: \"[::1]:9\"\ngateway:\n  address: http://gw:8081\npipeline:\n  use_openai_format: false\n  forward_response_headers: [x-a]\n  steps:\n  - type: replace-media-urls\n    params:\n      max_multimodal_entries: 3\n      allowed_domains: [Images.Example.com]\n  - type: render\n    params:\n      address: http://r:1\n      timeout: 2s\n      max_total_tokens: 4096\n  - type: conditional-decode\n  - type: prefill\n  - type: decode\n";
     let c = load(yaml).unwrap();
     assert_eq!(
@@ -503,10 +511,40 @@ fn go_duration_range_grace_and_domains_print_back() {
         "{e}"
     );
     assert!(load(&with("  write_timeout: 2562047h\n", "")).is_ok());
-    let media = "  - type: replace-media-urls\n    params:\n      allowed_domains: [\"a, b.com\", \"x #y\", \"~\", \"a: b\"]\n";
-    let c = load(&with("", media)).unwrap();
+    let media = |list: &str| {
+        format!("  - type: replace-media-urls\n    params:\n      allowed_domains: {list}\n")
+    };
+    let c = load(&with("", &media("[Img-1.Example.com, \"::1\", 10.0.0.1]"))).unwrap();
     let printed = c.effective_yaml();
     assert_eq!(load(&printed).unwrap(), c, "{printed}");
+    assert_eq!(
+        c.media.unwrap().allowed_domains,
+        ["img-1.example.com", "::1", "10.0.0.1"]
+    );
+    // Entries that could never equal a URL's host are refused, named (the third try found
+    // them accepted); an empty one too, since dropping it could leave an empty list: any host.
+    for (entry, why) in [
+        ("\"\"", "allowed_domains[1]: an empty entry"),
+        (
+            "\"http://b.com\"",
+            "allowed_domains[1]: `http://b.com` is not a host name",
+        ),
+        (
+            "\"a, b.com\"",
+            "allowed_domains[1]: `a, b.com` is not a host name",
+        ),
+        (
+            "\"*.b.com\"",
+            "allowed_domains[1]: `*.b.com` is not a host name",
+        ),
+        (
+            "\"b.com:443\"",
+            "allowed_domains[1]: `b.com:443` is not a host name",
+        ),
+    ] {
+        let e = load(&with("", &media(&format!("[a.com, {entry}]")))).unwrap_err();
+        assert!(e.contains(why), "{entry}: {e}");
+    }
 }
 
 #[test]

@@ -326,7 +326,7 @@ fn flags_default_to_llm_d_and_map_to_settings() {
         "--media-max-entries=4",
         "--media-max-download-mib=2",
         "--media-allow-private-networks",
-        "--media-allowed-domains= Img.Example.com,,cdn.test",
+        "--media-allowed-domains= Img.Example.com,cdn.test",
     ])
     .unwrap()
     .media
@@ -349,6 +349,11 @@ fn flags_default_to_llm_d_and_map_to_settings() {
         "--media-max-download-mib=0",
         "--media-download-timeout-ms=0",
         "--media-max-entries=-1",
+        // An empty entry (the list could end up empty: any host), or one no host can equal.
+        "--media-allowed-domains=a.com,,b.com",
+        "--media-allowed-domains=",
+        "--media-allowed-domains=http://a.com",
+        "--media-allowed-domains=*.a.com",
     ] {
         assert!(Cli::try_parse_from(["x", bad]).is_err(), "{bad}");
     }

@@ -111,13 +111,35 @@ pub struct MediaUrlArgs {
     pub media_allow_private_networks: bool,
     /// Host names image downloads may reach, comma-separated, compared whole and case-blind
     /// (redirects included) [default: any host].
-    #[arg(long, value_delimiter = ',')]
+    #[arg(long, value_delimiter = ',', value_parser = allowed_domain)]
     pub media_allowed_domains: Vec<String>,
 }
 
+/// One `allowed_domains` entry (`--media-allowed-domains`, or the coordinator file's
+/// `replace-media-urls` step) as it is compared with a URL's host: trimmed, lowercased.
+///
+/// Errors: an empty entry (dropping it could leave an empty list, which means any host), or
+/// one that is not a bare host name or IP address (a scheme, port, path, wildcard or space
+/// could never equal a URL's host).
+pub fn allowed_domain(entry: &str) -> Result<String, String> {
+    let d = entry.trim().to_ascii_lowercase();
+    if d.is_empty() {
+        return Err("an empty entry (leave the list out to allow any host)".into());
+    }
+    let name = d
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | '_'));
+    if !name && d.parse::<std::net::IpAddr>().is_err() {
+        return Err(format!(
+            "`{entry}` is not a host name or IP address (no scheme, port, path or wildcard)"
+        ));
+    }
+    Ok(d)
+}
+
 impl MediaUrlArgs {
-    /// The step's settings; `None` when `--replace-media-urls` is off. Domains are trimmed and
-    /// lowercased, empty ones dropped.
+    /// The step's settings; `None` when `--replace-media-urls` is off. Domains come checked
+    /// and normalised by [`allowed_domain`].
     pub fn settings(&self) -> Option<MediaUrlSettings> {
         self.replace_media_urls.then(|| MediaUrlSettings {
             download_timeout: Duration::from_millis(self.media_download_timeout_ms),
@@ -125,12 +147,7 @@ impl MediaUrlArgs {
             max_entries: self.media_max_entries,
             max_download_bytes: self.media_max_download_mib.saturating_mul(BYTES_PER_MIB),
             allow_private_networks: self.media_allow_private_networks,
-            allowed_domains: self
-                .media_allowed_domains
-                .iter()
-                .map(|d| d.trim().to_ascii_lowercase())
-                .filter(|d| !d.is_empty())
-                .collect(),
+            allowed_domains: self.media_allowed_domains.clone(),
             allow_loopback_for_tests: false,
         })
     }

@@ -112,7 +112,7 @@ async fn the_binary_runs_as_llm_d_coordinator_from_its_config_file() {
     // The gateway: a pdgate router selecting its profile from the phase header.
     let gateway = support::router(endpoints(&w), DEFAULT_CONFIG_YAML).await;
     fleet::wait_for_models(&gateway).await;
-    let (_coordinator, url) = coordinator_from(
+    let (coordinator, url) = coordinator_from(
         &format!(
             "log_level: 2\nserver:\n  listen_addr: \"127.0.0.1:0\"\n  read_timeout: 10s\ngateway:\n  address: http://{}\n  timeout: 20s\npipeline:\n  kv_connector: kv-shared-storage\n  use_openai_format: true\n  steps:\n    - type: prefill\n    - type: decode\n",
             gateway.addr
@@ -123,6 +123,15 @@ async fn the_binary_runs_as_llm_d_coordinator_from_its_config_file() {
     assert_eq!(r.status, 200, "{}", r.body);
     assert_eq!(r.body["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
     assert_handoff(&w, 240);
+    // Its log, written to a pipe as to a pod's log, is plain text (colour codes only on a
+    // terminal; an adversarial try found them in a log file).
+    let log = coordinator.log();
+    let loaded: Vec<&String> = log
+        .iter()
+        .filter(|l| l.contains("coordinator config loaded"))
+        .collect();
+    assert_eq!(loaded.len(), 1, "{log:?}");
+    assert!(log.iter().all(|l| !l.contains('\x1b')), "{log:?}");
     // `check-config` recognises the file and prints it with defaults written out.
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_pdgate"))
         .args(["check-config", &path_of_sample()])
@@ -151,6 +160,19 @@ async fn the_binary_runs_as_llm_d_coordinator_from_its_config_file() {
         stdout.contains("address: http://rendering-service:8080"),
         "{stdout}"
     );
+    // `serve --print-config` prints the same: the coordinator file that would run, not the
+    // scheduler config a coordinator does not use.
+    let printed = std::process::Command::new(env!("CARGO_BIN_EXE_pdgate"))
+        .args([
+            "serve",
+            "--coordinator-config",
+            &path_of_sample(),
+            "--print-config",
+        ])
+        .output()
+        .unwrap();
+    assert!(printed.status.success(), "{printed:?}");
+    assert_eq!(String::from_utf8_lossy(&printed.stdout), stdout);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

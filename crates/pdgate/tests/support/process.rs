@@ -10,6 +10,7 @@ pub struct Served {
     child: Child,
     /// `serve`: `http://127.0.0.1:PORT`; `epp`: the rest of its listening line.
     pub url: String,
+    log: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
     _files: Vec<TempPath>,
 }
 
@@ -21,6 +22,11 @@ impl Drop for Served {
 }
 
 impl Served {
+    /// The stderr lines written so far, as written (log lines included).
+    pub fn log(&self) -> Vec<String> {
+        self.log.lock().unwrap().clone()
+    }
+
     /// Sends SIGTERM (as Kubernetes stops a pod).
     pub fn terminate(&self) {
         let ok = Command::new("kill")
@@ -96,11 +102,14 @@ pub fn start(
         .expect("pdgate runs");
     let stderr = child.stderr.take().expect("stderr is piped");
     let (tx, rx) = std::sync::mpsc::channel();
+    let log = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let lines = log.clone();
     std::thread::spawn(move || {
         for line in BufReader::new(stderr).lines().map_while(Result::ok) {
             if let Some(rest) = line.strip_prefix(marker) {
                 let _ = tx.send(rest.to_string());
             }
+            lines.lock().unwrap().push(line.clone());
             // Shown with the test's output when it fails.
             eprintln!("pdgate: {line}");
         }
@@ -111,6 +120,7 @@ pub fn start(
     Served {
         child,
         url,
+        log,
         _files: files,
     }
 }
