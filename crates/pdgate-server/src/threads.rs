@@ -28,15 +28,11 @@ pub fn bind_reuseport(addr: SocketAddr) -> std::io::Result<std::net::TcpListener
 /// Where `spawn_server_threads` probes `addr`: `[::]` (every interface) falls back to
 /// `0.0.0.0` on a host without IPv6, logged; any other address is bound as given.
 fn probe(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
-    match bind_reuseport_free(addr) {
-        Err(e)
-            if addr.is_ipv6()
-                && addr.ip().is_unspecified()
-                && e.kind() != std::io::ErrorKind::AddrInUse =>
-        {
+    match bind_exclusive(addr) {
+        Err(e) if every_interface(addr) && e.kind() != std::io::ErrorKind::AddrInUse => {
             let v4 = SocketAddr::from(([0, 0, 0, 0], addr.port()));
             tracing::warn!(error = %e, %v4, "IPv6 is unavailable: listening on every IPv4 interface");
-            bind_reuseport_free(v4)
+            bind_exclusive(v4)
         }
         other => other,
     }
@@ -44,18 +40,23 @@ fn probe(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
 
 /// A plain (not `SO_REUSEPORT`) bind of `addr`, dual-stack for `[::]`: it fails when any
 /// other listener holds the port, so two routers never silently share one.
-fn bind_reuseport_free(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
+fn bind_exclusive(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
     let socket = tcp_socket(addr)?;
     socket.bind(&addr.into())?;
     socket.listen(1)?;
     Ok(socket.into())
 }
 
+/// `[::]`: every interface, IPv6 and IPv4 (Go's `:PORT`).
+fn every_interface(addr: SocketAddr) -> bool {
+    addr.is_ipv6() && addr.ip().is_unspecified()
+}
+
 /// A TCP socket for `addr`'s family; dual-stack when `addr` is `[::]`.
 fn tcp_socket(addr: SocketAddr) -> std::io::Result<socket2::Socket> {
     use socket2::{Domain, Protocol, Socket, Type};
     let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
-    if addr.is_ipv6() && addr.ip().is_unspecified() {
+    if every_interface(addr) {
         socket.set_only_v6(false)?;
     }
     Ok(socket)

@@ -432,3 +432,5 @@ pub fn log_filter(level: i64) -> &'static str {
 #[cfg(test)]
 #[path = "tests.rs"]
 mod tests;
+#[cfg(test)]
+mod tests_durations;
