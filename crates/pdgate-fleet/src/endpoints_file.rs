@@ -51,7 +51,17 @@ fn yes() -> bool {
 /// Largest `dp_size` of one endpoints-file entry (each rank is an endpoint).
 pub const MAX_DP_SIZE: u32 = 1024;
 
-/// Parses an endpoints file. Errors name the file, the line (YAML errors) or the entry.
+/// Most endpoints one endpoints file may describe, counted after `dp_size` expansion (an
+/// entry with `dp_size: n` counts n). A file over it is refused whole (the previous list stays
+/// applied), before any rank is built: 10,000 is the fleet the file-size limit
+/// ([`crate::file_read::MAX_ENDPOINTS_FILE_BYTES`]) is sized for and the scraper is built to
+/// read ([`crate::scrape::MAX_CONCURRENT_SCRAPES`]), while entries × `dp_size` alone let a
+/// 56 KB file ask for a million endpoints (about 2 GB of endpoint state).
+pub const MAX_ENDPOINTS_PER_FILE: u64 = 10_000;
+
+/// Parses an endpoints file. Errors name the file, the line (YAML errors) or the entry; a
+/// file that describes more than [`MAX_ENDPOINTS_PER_FILE`] endpoints (after `dp_size`
+/// expansion) is refused with their count, before any endpoint is built.
 pub fn parse_endpoints_yaml(text: &str, source: &str) -> Result<Vec<Endpoint>, DiscoveryError> {
     let err = |message: String| DiscoveryError {
         source_name: source.to_string(),
@@ -60,23 +70,39 @@ pub fn parse_endpoints_yaml(text: &str, source: &str) -> Result<Vec<Endpoint>, D
     crate::file_read::check_nesting(text).map_err(err)?;
     let file: EndpointsFile = serde_yaml_ng::from_str(text)
         .map_err(|e| err(pdgate_api::serde_text::plain_expectation(&e.to_string()).into()))?;
-    let mut out = Vec::with_capacity(file.endpoints.len());
-    for (i, e) in file.endpoints.into_iter().enumerate() {
+    // Ranks of each entry, checked and counted before any endpoint is built.
+    let mut ranks = Vec::with_capacity(file.endpoints.len());
+    for (i, e) in file.endpoints.iter().enumerate() {
+        let name = e.name.as_deref().unwrap_or(&e.address);
+        let entry_err = |m: &str| err(format!("endpoints[{i}] ({name}): {m}"));
+        ranks.push(match (e.dp_size, e.dp_rank) {
+            (Some(_), Some(_)) => return Err(entry_err("give `dp_size` or `dp_rank`, not both")),
+            (Some(0), _) => return Err(entry_err("`dp_size` must be at least 1")),
+            (Some(n), _) if n > MAX_DP_SIZE => {
+                return Err(entry_err(&format!("`dp_size` {n} is over {MAX_DP_SIZE}")))
+            }
+            (Some(n), None) => Some(n),
+            (None, _) => None,
+        });
+    }
+    let total: u64 = ranks.iter().map(|n| u64::from(n.unwrap_or(1))).sum();
+    if total > MAX_ENDPOINTS_PER_FILE {
+        return Err(err(format!(
+            "{total} endpoints ({} entries, counting each `dp_size` rank), over the limit of \
+             {MAX_ENDPOINTS_PER_FILE} per endpoints file",
+            file.endpoints.len()
+        )));
+    }
+    let mut out = Vec::with_capacity(total as usize);
+    for (i, (e, dp_size)) in file.endpoints.into_iter().zip(ranks).enumerate() {
         let name = e.name.unwrap_or_else(|| e.address.clone());
         let entry_err = |m: String| err(format!("endpoints[{i}] ({name}): {m}"));
         // A pod with N data-parallel ranks is N endpoints `<pod>-rank-<i>` (design.md §1).
-        let ranks: Vec<(String, Option<u32>)> = match (e.dp_size, e.dp_rank) {
-            (Some(_), Some(_)) => {
-                return Err(entry_err("give `dp_size` or `dp_rank`, not both".into()))
-            }
-            (Some(0), _) => return Err(entry_err("`dp_size` must be at least 1".into())),
-            (Some(n), _) if n > MAX_DP_SIZE => {
-                return Err(entry_err(format!("`dp_size` {n} is over {MAX_DP_SIZE}")))
-            }
-            (Some(n), None) => (0..n)
+        let ranks: Vec<(String, Option<u32>)> = match dp_size {
+            Some(n) => (0..n)
                 .map(|r| (format!("{name}-rank-{r}"), Some(r)))
                 .collect(),
-            (None, rank) => vec![(name.clone(), rank)],
+            None => vec![(name.clone(), e.dp_rank)],
         };
         for (rank_name, rank) in ranks {
             let mut ep = endpoint(&rank_name, &e.address, e.labels.clone()).map_err(entry_err)?;

@@ -48,6 +48,45 @@ fn a_huge_dp_size_is_refused_before_any_rank_is_built() {
 }
 
 #[test]
+fn entries_times_dp_size_over_the_file_cap_are_refused_with_the_count() {
+    // 10 entries of 1,001 ranks: 10,010 endpoints from a 0.6 KB file.
+    let entries = |n: usize, dp: u32| -> String {
+        (0..n)
+            .map(|i| {
+                format!(
+                    "- name: w{i}\n  address: 127.0.0.1:{}\n  dp_size: {dp}\n",
+                    9000 + i
+                )
+            })
+            .collect()
+    };
+    let yaml = format!("endpoints:\n{}", entries(10, 1001));
+    let started = std::time::Instant::now();
+    let e = parse_endpoints_yaml(&yaml, "eps.yaml").unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "eps.yaml: 10010 endpoints (10 entries, counting each `dp_size` rank), over the limit \
+         of 10000 per endpoints file"
+    );
+    assert!(started.elapsed() < std::time::Duration::from_secs(1));
+    // Ranks and plain entries count alike: 9 × 1,000 + 1,000 plain entries is the cap itself.
+    let plain: String = (0..1000)
+        .map(|i| format!("- address: 127.0.0.2:{}\n", 10_000 + i))
+        .collect();
+    let yaml = format!("endpoints:\n{}{plain}", entries(9, 1000));
+    assert_eq!(
+        parse_endpoints_yaml(&yaml, "eps.yaml").unwrap().len() as u64,
+        MAX_ENDPOINTS_PER_FILE
+    );
+    let yaml = format!("{yaml}- address: 127.0.0.3:1\n");
+    assert_eq!(
+        parse_endpoints_yaml(&yaml, "eps.yaml").unwrap_err().message,
+        "10001 endpoints (1010 entries, counting each `dp_size` rank), over the limit of 10000 \
+         per endpoints file"
+    );
+}
+
+#[test]
 fn file_and_flag_forms_parse_and_errors_name_the_entry() {
     let eps = parse_endpoints_yaml(
         "endpoints:\n- name: p0\n  address: 127.0.0.1:9000\n  labels: {llm-d.ai/role: prefill}\n- address: 127.0.0.1:9001\n  ready: false\n",
