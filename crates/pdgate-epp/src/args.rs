@@ -45,19 +45,23 @@ pub struct EppArgs {
     #[command(flatten)]
     pub discovery: pdgate_fleet::args::DiscoveryArgs,
     /// Request body limit, bytes.
-    #[arg(long, default_value_t = pdgate_server::app::DEFAULT_MAX_BODY_BYTES)]
+    #[arg(long, default_value_t = pdgate_core::defaults::DEFAULT_MAX_BODY_BYTES)]
     pub max_body_bytes: usize,
     /// Engine /metrics scrape interval, ms (at least 1).
-    #[arg(long, default_value_t = pdgate_server::app::DEFAULT_SCRAPE_INTERVAL_MS,
+    #[arg(long, default_value_t = pdgate_core::defaults::DEFAULT_SCRAPE_INTERVAL_MS,
           value_parser = clap::value_parser!(u64).range(1..))]
     pub scrape_interval_ms: u64,
     /// Time allowed for one engine /metrics scrape (head and body), ms.
-    #[arg(long, default_value_t = pdgate_server::app::DEFAULT_SCRAPE_TIMEOUT_MS,
+    #[arg(long, default_value_t = pdgate_core::defaults::DEFAULT_SCRAPE_TIMEOUT_MS,
           value_parser = clap::value_parser!(u64).range(1..))]
     pub scrape_timeout_ms: u64,
+    /// An InferenceObjective and its priority, `NAME=PRIORITY` (repeatable), as `serve`'s
+    /// flag: the priority flow control gives a request whose objective header names it.
+    #[arg(long = "inference-objective", value_name = "NAME=PRIORITY")]
+    pub inference_objectives: Vec<String>,
     /// On SIGTERM or SIGINT: how long streams in progress may take to finish, ms (readiness
     /// turns NOT_SERVING at once; no new stream is accepted).
-    #[arg(long, default_value_t = pdgate_server::args::DEFAULT_SHUTDOWN_GRACE_MS)]
+    #[arg(long, default_value_t = pdgate_core::defaults::DEFAULT_SHUTDOWN_GRACE_MS)]
     pub shutdown_grace_ms: u64,
 }
 
@@ -83,7 +87,7 @@ pub async fn run(args: EppArgs) -> anyhow::Result<()> {
              --secure-serving=false and point the Gateway at it without TLS"
         );
     }
-    let scheduler = pdgate_server::args::load_scheduler(args.config_file.as_ref())?;
+    let scheduler = pdgate_core::startup::load_scheduler(args.config_file.as_ref())?;
     let endpoints = args
         .discovery
         .source()?
@@ -92,6 +96,8 @@ pub async fn run(args: EppArgs) -> anyhow::Result<()> {
     opts.max_body_bytes = args.max_body_bytes;
     opts.scrape_interval = Duration::from_millis(args.scrape_interval_ms);
     opts.scrape_timeout = Duration::from_millis(args.scrape_timeout_ms);
+    opts.objectives = pdgate_core::flow_control::Objectives::parse(&args.inference_objectives)
+        .map_err(|e| anyhow::anyhow!(e))?;
     let grpc = bind(&args.host, args.grpc_port).await?;
     let health = bind(&args.host, args.grpc_health_port).await?;
     let metrics = bind(&args.host, args.metrics_port).await?;
@@ -114,7 +120,7 @@ pub async fn run(args: EppArgs) -> anyhow::Result<()> {
     }));
     let result = tokio::select! {
         r = &mut server => return finish(r, health_task, metrics_task),
-        s = pdgate_server::args::shutdown_signal() => s,
+        s = pdgate_core::startup::shutdown_signal() => s,
     };
     result.context("waiting for SIGTERM")?;
     // Draining: readiness NOT_SERVING at once; the server stops accepting (HTTP/2 GOAWAY on

@@ -30,8 +30,8 @@ use envoy_types::pb::envoy::service::ext_proc::v3::{
 };
 use http::{HeaderMap, HeaderName, HeaderValue};
 use pdgate_api::headers;
+use pdgate_core::errors::ApiError;
 use pdgate_scheduler::{InFlightGuard, Pick};
-use pdgate_server::errors::ApiError;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
@@ -251,7 +251,7 @@ impl Exchange {
                 Err(e) => self.reject(e),
             };
         };
-        let parsed = match pick::parse(&self.epp, api, &body).await {
+        let mut parsed = match pick::parse(api, &body) {
             Ok(p) => p,
             Err(e) => return self.reject(e),
         };
@@ -261,15 +261,12 @@ impl Exchange {
             body: body.clone(),
             subset: self.subset.as_ref(),
         };
-        let started = std::time::Instant::now();
-        let routed = match pick::route(&self.epp, parsed, &buffered) {
+        let routed = match pick::route(&self.epp, &mut parsed, &buffered).await {
             Ok(r) => r,
             Err(e) => return self.reject(e),
         };
-        self.epp
-            .metrics
-            .scheduling
-            .observe(started.elapsed().as_secs_f64());
+        // What goes on is the cleaned body (a client's router-owned fields removed).
+        let body = parsed.body.bytes().clone();
         let destinations = routed.destinations.join(",");
         let prefiller = routed
             .prefill

@@ -6,12 +6,11 @@
 
 use crate::state::Epp;
 use http::HeaderMap;
-use pdgate_api::hints::RoutingHints;
 use pdgate_api::{headers, ApiKind, InferenceRequest};
+use pdgate_core::errors::ApiError;
+use pdgate_core::intake::{self, Caller, Intake};
 use pdgate_scheduler::plugins::data_parallel_profile_handler;
-use pdgate_scheduler::{Endpoint, EndpointState, Pick, RequestHeaders, SchedulingRequest};
-use pdgate_server::errors::ApiError;
-use pdgate_server::header_scan::HeaderNames;
+use pdgate_scheduler::{Endpoint, EndpointState, Pick};
 use rand::seq::IndexedRandom;
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -54,19 +53,6 @@ pub fn api_of(path: &str) -> Option<ApiKind> {
     ApiKind::from_path(path.strip_suffix('/').unwrap_or(path))
 }
 
-/// Headers as the scheduler's plugins read them, without the client's copies of router-owned
-/// and forwarded headers (a client must not choose a revision or a decision id).
-struct View<'a>(&'a HeaderMap);
-
-impl RequestHeaders for View<'_> {
-    fn header(&self, name: &str) -> Option<&str> {
-        if headers::is_internal(name) || name == headers::DISAGG_REVISION {
-            return None;
-        }
-        self.0.get(name).and_then(|v| v.to_str().ok())
-    }
-}
-
 fn in_subset(subset: Option<&BTreeSet<String>>, e: &Endpoint) -> bool {
     subset.is_none_or(|s| s.contains(&e.address))
 }
@@ -101,71 +87,63 @@ fn no_endpoint(subset: Option<&BTreeSet<String>>) -> ApiError {
     )
 }
 
-/// Parses the buffered body of `api` and runs the token-producer step shared with `serve`
-/// (`pdgate_server::prompt_tokens`): the prompt [`route`] schedules on.
+/// Parses the buffered body of `api`.
 ///
 /// Errors: a bad body (400, naming the field).
-pub async fn parse(
-    epp: &Epp,
-    api: ApiKind,
-    body: &bytes::Bytes,
-) -> Result<InferenceRequest, ApiError> {
-    let mut parsed = InferenceRequest::from_bytes(api, body.clone())?;
-    let snapshot = epp.registry.snapshot();
-    let tokens = epp.tokens.as_deref();
-    pdgate_server::prompt_tokens::tokenize_prompt(tokens, &mut parsed, &snapshot, &epp.metrics)
-        .await;
-    Ok(parsed)
+pub fn parse(api: ApiKind, body: &bytes::Bytes) -> Result<InferenceRequest, ApiError> {
+    Ok(InferenceRequest::from_bytes(api, body.clone())?)
 }
 
-/// Routes `parsed`, the buffered request `req` (see the module docs).
+/// Routes `parsed`, the buffered request `req`, through the one intake `serve` uses
+/// ([`pdgate_core::intake::route`]): the client's router-owned body fields removed (the
+/// cleaned bytes are `parsed.body`), its copies of router-owned headers hidden from the
+/// scheduler, flow control's admission, the pick and the split decision (see the module
+/// docs).
 ///
 /// Errors ([`ApiError`], answered as immediate responses): a bad body or hint (400), an
-/// unknown model (404), the scheduler's rejections (503 screened or no endpoint, 429
-/// saturated, pins), a subset that matches no ready endpoint (503).
-pub fn route(epp: &Epp, parsed: InferenceRequest, req: &Buffered<'_>) -> Result<Routed, ApiError> {
-    let snapshot = epp.registry.snapshot();
-    if !epp.registry.model_may_exist(&parsed.model) {
-        return Err(ApiError::ModelNotFound(parsed.model));
-    }
-    if req.subset.is_some()
-        && !(snapshot.endpoints.iter())
-            .any(|e| e.endpoint.schedulable() && in_subset(req.subset, &e.endpoint))
-    {
-        return Err(no_endpoint(req.subset));
+/// unknown model (404), flow control's refusals (429/503), the scheduler's rejections (503
+/// screened or no endpoint, 429 saturated, pins), a subset that matches no ready endpoint
+/// (503).
+pub async fn route(
+    epp: &Epp,
+    parsed: &mut InferenceRequest,
+    req: &Buffered<'_>,
+) -> Result<Routed, ApiError> {
+    let subset = req.subset;
+    if subset.is_some() {
+        let snapshot = epp.registry.snapshot();
+        let any = (snapshot.endpoints.iter())
+            .any(|e| e.endpoint.schedulable() && in_subset(subset, &e.endpoint));
+        if !any {
+            return Err(no_endpoint(subset));
+        }
     }
     let h = req.headers;
-    pdgate_server::proxy::check_hint_headers(h, &HeaderNames::of(h))?;
-    let hints = RoutingHints::parse(|n| h.get(n)?.to_str().ok(), &parsed.body)?;
-    let session_id = hints.session_id.as_ref().map(|s| s.value.clone());
-    let now = tokio::time::Instant::now();
-    let session = session_id
-        .as_deref()
-        .and_then(|id| epp.sessions.lookup(id, now));
     let rid = h
         .get(headers::REQUEST_ID)
         .and_then(|v| v.to_str().ok())
         .unwrap_or_default();
-    let subset = req.subset;
     let outside = |e: &Endpoint| !in_subset(subset, e);
-    let media = pdgate_api::media::media_keys(&parsed.body);
-    let result = epp.scheduler.schedule(
-        &SchedulingRequest {
-            headers: &View(h),
-            hints: (!hints.is_empty()).then_some(&hints),
-            session: session.as_ref(),
+    let routed = intake::route(
+        epp.intake_handles(),
+        parsed,
+        &Intake {
+            headers: h,
+            rid,
+            caller: Caller::CLIENT,
+            body_bytes: req.body.len() as u64,
             avoid: Some(&outside),
-            media: &media,
-            ..SchedulingRequest::new(rid, &parsed.model, &parsed.prompt)
         },
-        &snapshot,
-    )?;
-    if let Some(id) = &session_id {
-        epp.sessions.bind(id, &result, now);
+        async |_: &mut InferenceRequest| Ok(()),
+    )
+    .await?;
+    let result = routed.result;
+    if let Some(id) = &routed.session_id {
+        epp.sessions.bind(id, &result, tokio::time::Instant::now());
     }
-    // A handoff is single-consumer: with `n > 1` decode recomputes (design.md §5.2).
-    let prefill = result.prefill.filter(|_| parsed.can_split());
+    let prefill = result.prefill;
     let decode = result.decode;
+    let snapshot = routed.snapshot;
     // `data-parallel-profile-handler`: the gateway sends to the pod's primary port and the
     // header names the rank behind it; no fallback (another pod would forward to it anyway).
     if let Some(dp) = data_parallel_profile_handler::route_of(decode.guard.state()) {

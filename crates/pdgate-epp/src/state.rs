@@ -1,11 +1,13 @@
 //! The EPP's shared state: the same scheduler, endpoint registry, discovery and engine
 //! scraping as `pdgate serve` (from `pdgate-fleet`), plus the session table and metrics.
 
+use pdgate_coordinator::header_rules::ForwardRules;
+use pdgate_core::flow_control::{FlowController, Objectives};
+use pdgate_core::metrics::Metrics;
+use pdgate_core::session::SessionTable;
 use pdgate_fleet::discovery::{self, DiscoveryError};
 use pdgate_fleet::{scrape, EndpointRegistry, EndpointSource};
 use pdgate_scheduler::Scheduler;
-use pdgate_server::metrics::Metrics;
-use pdgate_server::session::SessionTable;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -18,6 +20,8 @@ pub struct EppOptions {
     pub endpoints: EndpointSource,
     /// Request body limit, bytes (over it: an immediate 413).
     pub max_body_bytes: usize,
+    /// InferenceObjective priorities (`--inference-objective`), for flow control.
+    pub objectives: Objectives,
     /// Engine `/metrics` scrape interval.
     pub scrape_interval: Duration,
     /// Time allowed for one scrape (head and body).
@@ -27,13 +31,14 @@ pub struct EppOptions {
 impl EppOptions {
     /// Options with `pdgate serve`'s defaults.
     pub fn new(scheduler: Arc<Scheduler>, endpoints: EndpointSource) -> Self {
-        use pdgate_server::app::{
+        use pdgate_core::defaults::{
             DEFAULT_MAX_BODY_BYTES, DEFAULT_SCRAPE_INTERVAL_MS, DEFAULT_SCRAPE_TIMEOUT_MS,
         };
         EppOptions {
             scheduler,
             endpoints,
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+            objectives: Objectives::default(),
             scrape_interval: Duration::from_millis(DEFAULT_SCRAPE_INTERVAL_MS),
             scrape_timeout: Duration::from_millis(DEFAULT_SCRAPE_TIMEOUT_MS),
         }
@@ -109,9 +114,16 @@ pub struct Epp {
     /// Request body limit, bytes.
     pub max_body_bytes: usize,
     /// Engines' KV events feeding the precise prefix indexes (serve's feed); `None` without one.
-    pub kv_feed: Option<Arc<pdgate_server::kv_feed::KvFeed>>,
-    /// The `token-producer` step (`pdgate_server::prompt_tokens`), when configured.
-    pub tokens: Option<Arc<pdgate_server::prompt_tokens::PromptTokens>>,
+    pub kv_feed: Option<Arc<pdgate_core::kv_feed::KvFeed>>,
+    /// The `token-producer` step (`pdgate_core::prompt_tokens`), when configured.
+    pub tokens: Option<Arc<pdgate_core::prompt_tokens::PromptTokens>>,
+    /// InferenceObjective priorities.
+    pub objectives: Objectives,
+    /// Admission before scheduling (the scheduler config's `flowControl`), as in `serve`.
+    pub flow: Arc<FlowController>,
+    /// Forwarded headers between hops: a client's copies are hidden from the scheduler
+    /// (the EPP forwards none itself; the defaults name `x-llm-d-disagg-revision`).
+    pub forward_rules: ForwardRules,
     draining: AtomicBool,
 }
 
@@ -123,7 +135,7 @@ impl Epp {
     pub async fn start(
         opts: EppOptions,
     ) -> Result<(Arc<Epp>, Vec<tokio::task::JoinHandle<()>>), DiscoveryError> {
-        let tokens = pdgate_server::prompt_tokens::PromptTokens::load(&opts.scheduler)?;
+        let tokens = pdgate_core::prompt_tokens::PromptTokens::load(&opts.scheduler)?;
         let registry = Arc::new(EndpointRegistry::default());
         let metrics = Arc::new(Metrics::new());
         let counters = EppCounters::new(metrics.registry()).map_err(|e| DiscoveryError {
@@ -132,14 +144,14 @@ impl Epp {
         })?;
         // Envoy retries and falls back; the EPP keeps no breakers, but the helper that makes
         // the prefix index forget departed endpoints is shared with `serve`.
-        let breakers = Arc::new(pdgate_server::breaker::Breakers::default());
-        pdgate_server::bounds::forget_departed(&registry, opts.scheduler.clone(), breakers);
+        let breakers = Arc::new(pdgate_core::breaker::Breakers::default());
+        pdgate_core::bounds::forget_departed(&registry, opts.scheduler.clone(), breakers);
         let mut tasks = Vec::new();
         if let Some(t) = discovery::start(opts.endpoints, registry.clone()).await? {
             tasks.push(t);
         }
         let effects =
-            pdgate_server::bounds::ScrapeEffects::new(opts.scheduler.clone(), metrics.clone());
+            pdgate_core::bounds::ScrapeEffects::new(opts.scheduler.clone(), metrics.clone());
         let settings = scrape::ScrapeSettings {
             interval: opts.scrape_interval,
             timeout: opts.scrape_timeout,
@@ -152,7 +164,19 @@ impl Epp {
             settings,
             Arc::new(effects),
         ));
-        let kv_feed = pdgate_server::kv_feed::KvFeed::start(&registry, &opts.scheduler);
+        let flow = FlowController::new(
+            opts.scheduler.flow().clone(),
+            &opts.objectives,
+            registry.clone(),
+            metrics.registry(),
+        );
+        opts.scheduler.flow().detector.set_scrape_interval(
+            opts.scheduler
+                .data_layer()
+                .metrics_period(opts.scrape_interval),
+        );
+        tasks.push(tokio::spawn(flow.clone().run()));
+        let kv_feed = pdgate_core::kv_feed::KvFeed::start(&registry, &opts.scheduler);
         let epp = Arc::new(Epp {
             kv_feed,
             scheduler: opts.scheduler,
@@ -162,9 +186,26 @@ impl Epp {
             counters,
             max_body_bytes: opts.max_body_bytes,
             tokens,
+            objectives: opts.objectives,
+            flow,
+            forward_rules: ForwardRules::default(),
             draining: AtomicBool::new(false),
         });
         Ok((epp, tasks))
+    }
+
+    /// The handles the one intake of both fronts reads ([`pdgate_core::intake`]).
+    pub fn intake_handles(&self) -> pdgate_core::intake::IntakeHandles<'_> {
+        pdgate_core::intake::IntakeHandles {
+            scheduler: &self.scheduler,
+            registry: &self.registry,
+            metrics: &self.metrics,
+            sessions: &self.sessions,
+            tokens: self.tokens.as_deref(),
+            flow: &self.flow,
+            objectives: &self.objectives,
+            forward_rules: &self.forward_rules,
+        }
     }
 
     /// Ready to pick: the first endpoint list was applied and the EPP is not draining.
@@ -175,5 +216,6 @@ impl Epp {
     /// Starts draining: readiness turns false; streams in progress go on.
     pub fn drain(&self) {
         self.draining.store(true, Ordering::Release);
+        self.flow.shutdown();
     }
 }

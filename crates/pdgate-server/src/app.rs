@@ -17,13 +17,9 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
 
-/// Default request body limit: 64 MiB (llm-d coordinator `max_request_body_size`).
-pub const DEFAULT_MAX_BODY_BYTES: usize = 64 << 20;
-/// Default engine `/metrics` scrape interval, ms.
-pub const DEFAULT_SCRAPE_INTERVAL_MS: u64 = 200;
-/// Default time allowed for one engine `/metrics` scrape, ms (head and body): a real vLLM
-/// took up to 1.7 s to answer under load (`../shared/fixtures/vllm-0.32-cpu/README.md`).
-pub const DEFAULT_SCRAPE_TIMEOUT_MS: u64 = 3000;
+pub use pdgate_core::defaults::{
+    DEFAULT_MAX_BODY_BYTES, DEFAULT_SCRAPE_INTERVAL_MS, DEFAULT_SCRAPE_TIMEOUT_MS,
+};
 
 /// What a server needs to start.
 pub struct ServeOptions {
@@ -419,6 +415,20 @@ impl AppState {
             .filter_map(|e| e.load.models())
             .flat_map(|m| m.iter().cloned().collect::<Vec<_>>())
             .collect()
+    }
+
+    /// The handles the one intake of both fronts reads ([`pdgate_core::intake`]).
+    pub fn intake_handles(&self) -> pdgate_core::intake::IntakeHandles<'_> {
+        pdgate_core::intake::IntakeHandles {
+            scheduler: &self.scheduler,
+            registry: &self.registry,
+            metrics: &self.metrics,
+            sessions: &self.sessions,
+            tokens: self.tokens.as_deref(),
+            flow: &self.flow,
+            objectives: &self.objectives,
+            forward_rules: &self.forward_rules,
+        }
     }
 
     /// False only when every endpoint's model list is known and none has `model`: the

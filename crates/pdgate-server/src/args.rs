@@ -9,7 +9,6 @@ use pdgate_coordinator::header_rules::ForwardRules;
 use pdgate_coordinator::{EcConnector, KvConnector};
 use pdgate_fleet::endpoints_file::check_address;
 use pdgate_fleet::EndpointSource;
-use pdgate_scheduler::{Scheduler, DEFAULT_CONFIG_YAML};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -142,16 +141,6 @@ pub struct ServeArgs {
     pub coordinator_config: Option<PathBuf>,
 }
 
-/// The text of a config file: a regular file of at most
-/// [`pdgate_fleet::file_read::MAX_CONFIG_FILE_BYTES`] (so `/dev/zero` or a FIFO cannot eat
-/// memory or hang the start).
-///
-/// Errors: a message naming the path and the problem.
-pub fn read_config_file(path: &std::path::Path) -> anyhow::Result<String> {
-    pdgate_fleet::file_read::read_regular_file(path, pdgate_fleet::file_read::MAX_CONFIG_FILE_BYTES)
-        .map_err(|e| anyhow::anyhow!("reading {}: {e}", path.display()))
-}
-
 /// Loads llm-d's coordinator YAML at `path`, with `COORDINATOR_*` environment overrides.
 ///
 /// Errors: the file cannot be read, or every problem found, one per line as `check-config`
@@ -167,28 +156,7 @@ pub fn load_coordinator_config(
     .map_err(|all| anyhow::anyhow!("invalid coordinator config:\n{all}"))
 }
 
-/// Loads the scheduler config named by `path`, or the built-in default.
-///
-/// Errors: the file cannot be read, or the config is invalid — then every error is listed,
-/// one per line, as `check-config` shows them.
-pub fn load_scheduler(path: Option<&PathBuf>) -> anyhow::Result<Scheduler> {
-    match path {
-        Some(p) => {
-            let text = read_config_file(p)?;
-            let source = p.display().to_string();
-            Scheduler::from_yaml(&text, &source).map_err(|first| {
-                match pdgate_scheduler::config::check(&text, &source) {
-                    Err(all) => anyhow::anyhow!("invalid config:\n{all}"),
-                    Ok(_) => anyhow::anyhow!("invalid config: {first}"),
-                }
-            })
-        }
-        None => Ok(Scheduler::from_yaml(
-            DEFAULT_CONFIG_YAML,
-            "built-in default config",
-        )?),
-    }
-}
+pub use pdgate_core::startup::{load_scheduler, read_config_file, shutdown_signal};
 
 /// Runs `pdgate serve` until the process is stopped.
 pub async fn run(mut args: ServeArgs) -> anyhow::Result<()> {
@@ -310,17 +278,4 @@ pub async fn run(mut args: ServeArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Default of `--shutdown-grace-ms`: under Kubernetes' default 30 s termination grace.
-pub const DEFAULT_SHUTDOWN_GRACE_MS: u64 = 25_000;
-
-/// Waits for SIGTERM (Kubernetes stopping the pod) or SIGINT (both front ends).
-///
-/// Errors: the signal handlers cannot be installed.
-pub async fn shutdown_signal() -> std::io::Result<()> {
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut term = signal(SignalKind::terminate())?;
-    tokio::select! {
-        r = tokio::signal::ctrl_c() => r,
-        _ = term.recv() => Ok(()),
-    }
-}
+pub use pdgate_core::defaults::DEFAULT_SHUTDOWN_GRACE_MS;

@@ -94,7 +94,7 @@ impl<'a> EngineDispatch<'a> {
         let picked = self.state.scheduler.schedule(
             &SchedulingRequest {
                 profile: Some(profile),
-                headers: &crate::proxy::Headers(&view),
+                headers: &pdgate_core::intake::SchedulerHeaders(&view),
                 avoid: Some(avoid),
                 ..SchedulingRequest::new(&rid, &self.req.model, prompt)
             },

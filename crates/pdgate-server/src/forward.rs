@@ -18,10 +18,8 @@ use pdgate_api::{headers, InferenceRequest, Phase};
 use pdgate_coordinator::{
     header_rules, Dispatcher, Outcome, PhaseResponse, PipelineError, Plan, Probe, Trace,
 };
-
-/// Response header naming why a split request ran aggregated (or failed): the
-/// prefill-unavailable policy's reason.
-pub const FALLBACK_REASON: &str = "x-pdgate-pd-fallback-reason";
+pub use pdgate_core::errors::{reason_header, FALLBACK_REASON, REASON_HEADER_MAX};
+pub use pdgate_core::sse::is_event_stream;
 
 /// One parsed client request, as the pipeline sends it.
 #[derive(Clone, Copy)]
@@ -113,29 +111,6 @@ pub async fn forward<D: Dispatcher<Body = LegBody>>(
     }
     resp.headers_mut().insert(headers::REQUEST_ID, rid.clone());
     resp
-}
-
-/// Longest fallback reason put in a header, bytes.
-pub const REASON_HEADER_MAX: usize = 200;
-
-/// `reason` as a header value: visible ASCII only (anything else, control characters and
-/// non-ASCII included, becomes `?`), at most [`REASON_HEADER_MAX`] bytes (then `…` as `...`).
-pub fn reason_header(reason: &str) -> HeaderValue {
-    let mut s: String = reason
-        .chars()
-        .map(|c| {
-            if c == ' ' || c.is_ascii_graphic() {
-                c
-            } else {
-                '?'
-            }
-        })
-        .take(REASON_HEADER_MAX)
-        .collect();
-    if reason.chars().count() > REASON_HEADER_MAX {
-        s.push_str("...");
-    }
-    HeaderValue::from_str(&s).unwrap_or(HeaderValue::from_static("prefill unavailable"))
 }
 
 /// Counts and logs the prefill-unavailable policy when it applied.
@@ -235,12 +210,6 @@ async fn respond(
     *response.status_mut() = StatusCode::from_u16(resp.status).unwrap_or(StatusCode::BAD_GATEWAY);
     *response.headers_mut() = out_headers;
     Ok(response)
-}
-
-/// True when `h` says the body is an event stream (`text/event-stream`).
-pub fn is_event_stream(h: &HeaderMap) -> bool {
-    h.get(http::header::CONTENT_TYPE)
-        .is_some_and(|v| v.as_bytes().starts_with(b"text/event-stream"))
 }
 
 /// An upstream's non-2xx answer passed to the client as is (an engine's 4xx — the client's

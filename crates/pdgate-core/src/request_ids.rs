@@ -5,7 +5,7 @@ use http::{HeaderMap, HeaderValue};
 use pdgate_api::headers;
 
 /// A fresh `x-llm-d-revision-decision-id` (UUID v4).
-pub(crate) fn decision_id() -> HeaderValue {
+pub fn decision_id() -> HeaderValue {
     fresh_uuid()
 }
 
@@ -23,7 +23,7 @@ pub const MAX_REQUEST_ID_BYTES: usize = 128;
 /// [`MAX_REQUEST_ID_BYTES`] visible ASCII characters (`!`..`~`), as it is echoed in a header,
 /// sent to every engine and becomes the completion id — else a fresh UUID v4. A replaced
 /// client value is logged (rate-limited; its length, not its bytes).
-pub(crate) fn request_id(client: &HeaderMap) -> HeaderValue {
+pub fn request_id(client: &HeaderMap) -> HeaderValue {
     let given = client.get(headers::REQUEST_ID);
     if let Some(v) = given.filter(|v| is_token(v.as_bytes())) {
         return v.clone();

@@ -224,10 +224,7 @@ impl ApiError {
             h.insert(http::header::RETRY_AFTER, HeaderValue::from_static("1"));
         }
         if let ApiError::Pipeline(PipelineError::PrefillUnavailable { reason }) = &self {
-            h.insert(
-                crate::forward::FALLBACK_REASON,
-                crate::forward::reason_header(reason),
-            );
+            h.insert(FALLBACK_REASON, reason_header(reason));
         }
         if let ApiError::Dropped { reason, .. } = &self {
             h.insert(
@@ -270,6 +267,33 @@ impl ApiError {
         *resp.headers_mut() = headers;
         resp
     }
+}
+
+/// Response header naming why a split request ran aggregated (or failed): the
+/// prefill-unavailable policy's reason.
+pub const FALLBACK_REASON: &str = "x-pdgate-pd-fallback-reason";
+
+/// Longest fallback reason put in a header, bytes.
+pub const REASON_HEADER_MAX: usize = 200;
+
+/// `reason` as a header value: visible ASCII only (anything else, control characters and
+/// non-ASCII included, becomes `?`), at most [`REASON_HEADER_MAX`] bytes (then `…` as `...`).
+pub fn reason_header(reason: &str) -> HeaderValue {
+    let mut s: String = reason
+        .chars()
+        .map(|c| {
+            if c == ' ' || c.is_ascii_graphic() {
+                c
+            } else {
+                '?'
+            }
+        })
+        .take(REASON_HEADER_MAX)
+        .collect();
+    if reason.chars().count() > REASON_HEADER_MAX {
+        s.push_str("...");
+    }
+    HeaderValue::from_str(&s).unwrap_or(HeaderValue::from_static("prefill unavailable"))
 }
 
 #[cfg(test)]

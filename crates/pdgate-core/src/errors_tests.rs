@@ -125,12 +125,11 @@ fn a_failed_leg_names_its_phase_endpoint_and_cause() {
 
 #[test]
 fn a_fallback_reason_header_is_visible_ascii_and_short() {
-    let h = crate::forward::reason_header(
-        "upstream p0 answered 503: overloaded \u{e9}\u{4e2d}\n\r\0 x",
-    );
+    let h =
+        crate::errors::reason_header("upstream p0 answered 503: overloaded \u{e9}\u{4e2d}\n\r\0 x");
     assert_eq!(h, "upstream p0 answered 503: overloaded ????? x");
     let long = "x".repeat(500);
-    let h = crate::forward::reason_header(&long);
+    let h = crate::errors::reason_header(&long);
     assert_eq!(h.len(), 203);
     assert!(h.to_str().unwrap().ends_with("x..."));
 }

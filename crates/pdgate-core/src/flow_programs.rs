@@ -179,7 +179,7 @@ pub fn metered(response: Response, ticket: Option<ProgramTicket>) -> Response {
     let Some(ticket) = ticket else {
         return response;
     };
-    let sse = crate::forward::is_event_stream(response.headers());
+    let sse = crate::sse::is_event_stream(response.headers());
     response.map(|inner| {
         Body::new(MeteredBody {
             inner,

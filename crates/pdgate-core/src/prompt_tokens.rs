@@ -118,7 +118,7 @@ impl PromptTokens {
 }
 
 /// The shared step: a chat request rendered by a coordinator's `render` step carries its
-/// engine token ids ([`InferenceRequest::rendered_token_ids`], [`crate::render_step`]), which are its prompt;
+/// engine token ids ([`InferenceRequest::rendered_token_ids`], `pdgate_server`'s render step), which are its prompt;
 /// otherwise tokenizes `req`'s prompt when a token producer is configured.
 pub async fn tokenize_prompt(
     tokens: Option<&PromptTokens>,

@@ -229,10 +229,10 @@ fn evicted_event(form: pdgate_api::SseForm) -> bytes::Bytes {
 impl<B> Body for EvictableBody<B>
 where
     B: Body<Data = bytes::Bytes> + Unpin,
-    B::Error: Into<crate::body::BoxError>,
+    B::Error: Into<crate::BoxError>,
 {
     type Data = bytes::Bytes;
-    type Error = crate::body::BoxError;
+    type Error = crate::BoxError;
 
     fn poll_frame(
         mut self: Pin<&mut Self>,
