@@ -51,6 +51,51 @@ impl Objectives {
     }
 }
 
+/// Whom a request's flow identity headers (objective, fairness id, TTFT objective) are
+/// honoured from (`--flow-headers-from`).
+///
+/// In llm-d the gateway sets these headers (an HTTPRoute filter overwrites the client's), so
+/// its EPP reads them from every request; `pdgate serve` is a front door itself, where any
+/// client could pick the highest priority or a new fairness id per request and take every
+/// share (issue 26). The default therefore honours them only from callers that passed the
+/// trust boundary ([`crate::trust`]); from anyone else they are ignored and counted
+/// (`pdgate_untrusted_headers_dropped_total{header}`), the request gets priority 0 and its
+/// client address as fairness id.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum FlowHeadersFrom {
+    /// Only from trusted callers (`--trusted-coordinator-networks`, the coordinator token).
+    #[default]
+    Trusted,
+    /// From every request: the gateway in front sets or overwrites them (llm-d's behaviour).
+    Any,
+}
+
+/// Every flow identity header (both names of each), as a client may send them.
+pub const FLOW_HEADERS: [&str; 6] = [
+    headers::INFERENCE_OBJECTIVE,
+    headers::INFERENCE_OBJECTIVE_LEGACY,
+    headers::FAIRNESS_ID,
+    headers::FAIRNESS_ID_LEGACY,
+    headers::SLO_TTFT_MS,
+    headers::SLO_TTFT_MS_LEGACY,
+];
+
+/// The flow key of a request whose identity headers are not honoured: priority 0, the
+/// client's address as fairness id (every request of one client in one flow; the default
+/// flow when the address is unknown), no TTFT objective.
+pub fn untrusted_flow_key(client: Option<std::net::IpAddr>, bytes: u64) -> FlowKey {
+    let flow: Arc<str> = match client {
+        Some(ip) => Arc::from(ip.to_string()),
+        None => Arc::from(DEFAULT_FLOW),
+    };
+    FlowKey {
+        priority: 0,
+        flow,
+        slo_ttft_ms: None,
+        bytes,
+    }
+}
+
 /// A request's flow key and size.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FlowKey {

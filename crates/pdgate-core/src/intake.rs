@@ -16,6 +16,7 @@
 
 use crate::errors::ApiError;
 use crate::flow_control::{Admission, FlowController, Objectives};
+use crate::flow_key::FlowHeadersFrom;
 use crate::header_scan::HeaderNames;
 use crate::metrics::Metrics;
 use crate::prompt_tokens::PromptTokens;
@@ -48,6 +49,8 @@ pub struct IntakeHandles<'a> {
     pub flow: &'a Arc<FlowController>,
     /// InferenceObjective priorities.
     pub objectives: &'a Objectives,
+    /// Whom flow identity headers are honoured from.
+    pub flow_headers_from: crate::flow_key::FlowHeadersFrom,
     /// Headers forwarded between hops (`forward_response_headers`): a client's copies are
     /// hidden from the scheduler.
     pub forward_rules: &'a ForwardRules,
@@ -64,6 +67,9 @@ pub struct Caller<'a> {
     /// A coordinator sending a phase leg to this per-role router: its body fields and
     /// forwarded headers are the contract between hops and are kept.
     pub coordinator: bool,
+    /// The client's address, when the front knows it (the fairness id of a caller whose
+    /// flow headers are not honoured).
+    pub client: Option<std::net::IpAddr>,
 }
 
 impl Caller<'_> {
@@ -72,6 +78,7 @@ impl Caller<'_> {
         trusted: false,
         profile: None,
         coordinator: false,
+        client: None,
     };
 }
 
@@ -105,6 +112,29 @@ pub fn count_untrusted(
                 header = name,
                 "coordinator header from an untrusted caller dropped \
                 (see --trusted-coordinator-networks, --coordinator-token-file)"
+            );
+        }
+    }
+}
+
+/// Counts (and logs, rate-limited) the flow identity headers ([`crate::flow_key::FLOW_HEADERS`])
+/// a caller sent whose flow headers are not honoured ([`FlowHeadersFrom`]).
+fn count_untrusted_flow(metrics: &Metrics, present: &HeaderNames<'_>) {
+    let mut any = None;
+    for name in crate::flow_key::FLOW_HEADERS {
+        if present.has(name) {
+            metrics
+                .untrusted_headers_dropped
+                .with_label_values(&[name])
+                .inc();
+            any.get_or_insert(name);
+        }
+    }
+    if let Some(name) = any {
+        if crate::log_limit::allow(&crate::log_limit::UNTRUSTED_HEADERS) {
+            tracing::warn!(
+                header = name,
+                "flow-control header from an untrusted caller ignored (see --flow-headers-from)"
             );
         }
     }
@@ -233,12 +263,16 @@ pub struct Routed {
 /// `x-llm-d-request-dropped-reason`); a bad fairness-id header → 400.
 async fn admit(
     h: IntakeHandles<'_>,
-    headers: &HeaderMap,
+    headers: Option<&HeaderMap>,
+    client: Option<std::net::IpAddr>,
     bytes: u64,
     priority: i32,
 ) -> Result<Option<Admission>, ApiError> {
     if h.flow.gated() {
-        let key = crate::flow_control::flow_key(headers, h.objectives, bytes)?;
+        let key = match headers {
+            Some(headers) => crate::flow_control::flow_key(headers, h.objectives, bytes)?,
+            None => crate::flow_key::untrusted_flow_key(client, bytes),
+        };
         return h
             .flow
             .admit(key)
@@ -273,6 +307,10 @@ where
     let headers = intake.headers;
     let present = HeaderNames::of(headers);
     clean(h.metrics, req, caller);
+    let flow_trusted = caller.trusted || h.flow_headers_from == FlowHeadersFrom::Any;
+    if !flow_trusted {
+        count_untrusted_flow(h.metrics, &present);
+    }
     if !caller.coordinator {
         pre_steps(req).await?;
     }
@@ -290,7 +328,9 @@ where
     let view = if caller.coordinator {
         headers
     } else {
+        let untrusted_flow = (!flow_trusted).then_some(crate::flow_key::FLOW_HEADERS);
         let strip: Vec<&str> = hidden_names(h.forward_rules)
+            .chain(untrusted_flow.into_iter().flatten())
             .filter(|n| present.has(n))
             .collect();
         if strip.is_empty() && media.is_empty() {
@@ -327,9 +367,11 @@ where
     let decision = view.get(headers::REVISION_DECISION_ID).cloned();
     let session_id = hints.session_id.as_ref().map(|s| s.value.clone());
     let session = (session_id.as_deref()).and_then(|id| h.sessions.lookup(id, now()));
-    let priority = crate::flow_control::priority(headers, h.objectives);
+    // Flow identity (priority, fairness id) from a trusted source only.
+    let flow_headers = flow_trusted.then_some(headers);
+    let priority = flow_headers.map_or(0, |fh| crate::flow_control::priority(fh, h.objectives));
     // The admission counts the request as pending load until it has booked its endpoint.
-    let mut admission = admit(h, headers, intake.body_bytes, priority).await?;
+    let mut admission = admit(h, flow_headers, caller.client, intake.body_bytes, priority).await?;
     let started = Instant::now();
     let scheduler_headers = SchedulerHeaders(view);
     let mut result = h

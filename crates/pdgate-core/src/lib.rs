@@ -29,6 +29,7 @@ pub mod flow_eviction;
 pub mod flow_key;
 pub mod flow_metrics;
 pub mod flow_programs;
+pub mod front;
 pub mod header_scan;
 pub mod intake;
 pub mod kv_feed;

@@ -389,8 +389,10 @@ impl Metrics {
         }
     }
 
-    /// `pdgate_requests_total{api, status}` += 1.
+    /// `pdgate_requests_total{api, status}` += 1 (`status` bounded by the one rule,
+    /// [`crate::front::bounded_status_label`]).
     pub fn count_request(&self, api: &str, status: &str) {
+        let status = crate::front::bounded_status_label(status);
         match (api, status) {
             ("completions", "200") => self.hot.requests_ok[0].inc(),
             ("chat_completions", "200") => self.hot.requests_ok[1].inc(),
@@ -399,8 +401,9 @@ impl Metrics {
     }
 
     /// `pdgate_phase_requests_total{phase, status}` += 1 (`status` an HTTP status, or
-    /// `error` when the leg got no response).
+    /// `error` when the leg got no response; bounded by [`crate::front::bounded_status_label`]).
     pub fn count_phase(&self, phase: &str, status: &str) {
+        let status = crate::front::bounded_status_label(status);
         match (phase_slot(phase), status) {
             (Some(i), "200") => self.hot.phase_ok[i].inc(),
             _ => self

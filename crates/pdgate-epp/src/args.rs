@@ -59,6 +59,12 @@ pub struct EppArgs {
     /// flag: the priority flow control gives a request whose objective header names it.
     #[arg(long = "inference-objective", value_name = "NAME=PRIORITY")]
     pub inference_objectives: Vec<String>,
+    /// Whom the flow identity headers (objective, fairness id, TTFT objective) are honoured
+    /// from: `trusted` (default) — nobody, the EPP has no trusted callers: they are ignored
+    /// and counted, every request gets priority 0 in the default flow; `any` — every request
+    /// (llm-d's behaviour: the Gateway's HTTPRoute sets or overwrites these headers).
+    #[arg(long, value_enum, default_value_t = pdgate_core::flow_key::FlowHeadersFrom::Trusted)]
+    pub flow_headers_from: pdgate_core::flow_key::FlowHeadersFrom,
     /// On SIGTERM or SIGINT: how long streams in progress may take to finish, ms (readiness
     /// turns NOT_SERVING at once; no new stream is accepted).
     #[arg(long, default_value_t = pdgate_core::defaults::DEFAULT_SHUTDOWN_GRACE_MS)]
@@ -96,6 +102,7 @@ pub async fn run(args: EppArgs) -> anyhow::Result<()> {
     opts.max_body_bytes = args.max_body_bytes;
     opts.scrape_interval = Duration::from_millis(args.scrape_interval_ms);
     opts.scrape_timeout = Duration::from_millis(args.scrape_timeout_ms);
+    opts.flow_headers_from = args.flow_headers_from;
     opts.objectives = pdgate_core::flow_control::Objectives::parse(&args.inference_objectives)
         .map_err(|e| anyhow::anyhow!(e))?;
     let grpc = bind(&args.host, args.grpc_port).await?;

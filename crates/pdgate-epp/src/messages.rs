@@ -79,36 +79,62 @@ pub fn headers(
 /// `body` as streamed body answers of at most [`MAX_CHUNK_BYTES`] each; the last carries
 /// `end_of_stream` when `end` is set. An empty body is one empty chunk.
 pub fn body(half: Half, body: &[u8], end: bool) -> Vec<ProcessingResponse> {
-    let mut chunks: Vec<&[u8]> = body.chunks(MAX_CHUNK_BYTES).collect();
-    if chunks.is_empty() {
-        chunks.push(&[]);
+    Chunks::new(half, bytes::Bytes::copy_from_slice(body), end).collect()
+}
+
+/// The answers of [`body`], made one at a time: a request body goes back to Envoy as it
+/// takes the answers, never copied whole a second time (what it holds is the body, counted
+/// by the in-flight budget, and the answers queued).
+#[derive(Debug)]
+pub struct Chunks {
+    half: Half,
+    body: bytes::Bytes,
+    end: bool,
+    /// True once the first answer (the only one of an empty body) was made.
+    started: bool,
+}
+
+impl Chunks {
+    /// The answers carrying `body` (see [`body`]).
+    pub fn new(half: Half, body: bytes::Bytes, end: bool) -> Chunks {
+        Chunks {
+            half,
+            body,
+            end,
+            started: false,
+        }
     }
-    let last = chunks.len() - 1;
-    chunks
-        .into_iter()
-        .enumerate()
-        .map(|(i, chunk)| {
-            let answer = BodyResponse {
-                response: Some(CommonResponse {
-                    body_mutation: Some(BodyMutation {
-                        mutation: Some(Mutation::StreamedResponse(StreamedBodyResponse {
-                            body: chunk.to_vec(),
-                            end_of_stream: end && i == last,
-                            ..Default::default()
-                        })),
-                    }),
-                    ..Default::default()
-                }),
-            };
-            ProcessingResponse {
-                response: Some(match half {
-                    Half::Request => Response::RequestBody(answer),
-                    Half::Response => Response::ResponseBody(answer),
+}
+
+impl Iterator for Chunks {
+    type Item = ProcessingResponse;
+
+    fn next(&mut self) -> Option<ProcessingResponse> {
+        if self.started && self.body.is_empty() {
+            return None;
+        }
+        self.started = true;
+        let chunk = self.body.split_to(self.body.len().min(MAX_CHUNK_BYTES));
+        let answer = BodyResponse {
+            response: Some(CommonResponse {
+                body_mutation: Some(BodyMutation {
+                    mutation: Some(Mutation::StreamedResponse(StreamedBodyResponse {
+                        body: Vec::from(chunk),
+                        end_of_stream: self.end && self.body.is_empty(),
+                        ..Default::default()
+                    })),
                 }),
                 ..Default::default()
-            }
+            }),
+        };
+        Some(ProcessingResponse {
+            response: Some(match self.half {
+                Half::Request => Response::RequestBody(answer),
+                Half::Response => Response::ResponseBody(answer),
+            }),
+            ..Default::default()
         })
-        .collect()
+    }
 }
 
 /// The answer to a trailers message: nothing changed.

@@ -3,6 +3,7 @@
 
 use pdgate_coordinator::header_rules::ForwardRules;
 use pdgate_core::flow_control::{FlowController, Objectives};
+use pdgate_core::flow_key::FlowHeadersFrom;
 use pdgate_core::metrics::Metrics;
 use pdgate_core::session::SessionTable;
 use pdgate_fleet::discovery::{self, DiscoveryError};
@@ -22,6 +23,10 @@ pub struct EppOptions {
     pub max_body_bytes: usize,
     /// InferenceObjective priorities (`--inference-objective`), for flow control.
     pub objectives: Objectives,
+    /// Whom flow identity headers are honoured from (`--flow-headers-from`): the EPP has
+    /// no trusted callers, so `trusted` (the default) ignores them; `any` reads them from
+    /// every request, for a gateway that sets or overwrites them (llm-d's behaviour).
+    pub flow_headers_from: FlowHeadersFrom,
     /// Engine `/metrics` scrape interval.
     pub scrape_interval: Duration,
     /// Time allowed for one scrape (head and body).
@@ -39,6 +44,7 @@ impl EppOptions {
             endpoints,
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
             objectives: Objectives::default(),
+            flow_headers_from: FlowHeadersFrom::default(),
             scrape_interval: Duration::from_millis(DEFAULT_SCRAPE_INTERVAL_MS),
             scrape_timeout: Duration::from_millis(DEFAULT_SCRAPE_TIMEOUT_MS),
         }
@@ -119,6 +125,8 @@ pub struct Epp {
     pub tokens: Option<Arc<pdgate_core::prompt_tokens::PromptTokens>>,
     /// InferenceObjective priorities.
     pub objectives: Objectives,
+    /// Whom flow identity headers are honoured from.
+    pub flow_headers_from: FlowHeadersFrom,
     /// Admission before scheduling (the scheduler config's `flowControl`), as in `serve`.
     pub flow: Arc<FlowController>,
     /// Forwarded headers between hops: a client's copies are hidden from the scheduler
@@ -187,6 +195,7 @@ impl Epp {
             max_body_bytes: opts.max_body_bytes,
             tokens,
             objectives: opts.objectives,
+            flow_headers_from: opts.flow_headers_from,
             flow,
             forward_rules: ForwardRules::default(),
             draining: AtomicBool::new(false),
@@ -204,6 +213,7 @@ impl Epp {
             tokens: self.tokens.as_deref(),
             flow: &self.flow,
             objectives: &self.objectives,
+            flow_headers_from: self.flow_headers_from,
             forward_rules: &self.forward_rules,
         }
     }

@@ -46,6 +46,8 @@ pub struct ServeOptions {
     pub trust: crate::trust::TrustedCallers,
     /// InferenceObjective priorities (`--inference-objective`), for flow control.
     pub objectives: crate::flow_control::Objectives,
+    /// Whom flow identity headers are honoured from (`--flow-headers-from`).
+    pub flow_headers_from: pdgate_core::flow_key::FlowHeadersFrom,
     /// The `kv_transfer_params` contract of split requests (`--kv-connector`).
     pub kv_connector: pdgate_coordinator::KvConnector,
     /// The upstream connection pool.
@@ -73,6 +75,7 @@ impl ServeOptions {
             client_limits: Default::default(),
             trust: Default::default(),
             objectives: Default::default(),
+            flow_headers_from: Default::default(),
             kv_connector: Default::default(),
             upstream_pool: Default::default(),
             encode: Default::default(),
@@ -117,6 +120,8 @@ pub struct AppState {
     pub trust: crate::trust::TrustedCallers,
     /// InferenceObjective priorities.
     pub objectives: crate::flow_control::Objectives,
+    /// Whom flow identity headers are honoured from.
+    pub flow_headers_from: pdgate_core::flow_key::FlowHeadersFrom,
     /// Admission before scheduling ([`crate::flow_control`]), shared by every server thread.
     pub flow: Arc<crate::flow_control::FlowController>,
     /// Engines' KV events feeding the precise prefix indexes; `None` without one.
@@ -395,6 +400,7 @@ pub async fn start_state(
         ),
         trust: opts.trust,
         objectives: opts.objectives,
+        flow_headers_from: opts.flow_headers_from,
         flow,
         tokens,
         kv_connector: opts.kv_connector,
@@ -427,6 +433,7 @@ impl AppState {
             tokens: self.tokens.as_deref(),
             flow: &self.flow,
             objectives: &self.objectives,
+            flow_headers_from: self.flow_headers_from,
             forward_rules: &self.forward_rules,
         }
     }
@@ -468,6 +475,7 @@ impl AppState {
             body_budget: self.body_budget.clone(),
             trust: self.trust.clone(),
             objectives: self.objectives.clone(),
+            flow_headers_from: self.flow_headers_from,
             flow: self.flow.clone(),
             kv_feed: self.kv_feed.clone(),
             tokens: self.tokens.clone(),

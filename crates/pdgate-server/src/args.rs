@@ -63,6 +63,14 @@ pub struct ServeArgs {
     /// objectives have priority 0. (In llm-d these are `InferenceObjective` resources.)
     #[arg(long = "inference-objective", value_name = "NAME=PRIORITY")]
     pub inference_objectives: Vec<String>,
+    /// Whom the flow identity headers (`x-llm-d-inference-objective`,
+    /// `x-llm-d-inference-fairness-id`, `x-llm-d-slo-ttft-ms` and their older names) are
+    /// honoured from: `trusted` (default) — callers in `--trusted-coordinator-networks` or
+    /// with the coordinator token; from anyone else they are ignored and counted, and the
+    /// request gets priority 0 and its client address as fairness id. `any` — every request
+    /// (llm-d's behaviour, when a gateway in front sets or overwrites these headers).
+    #[arg(long, value_enum, default_value_t = pdgate_core::flow_key::FlowHeadersFrom::Trusted)]
+    pub flow_headers_from: pdgate_core::flow_key::FlowHeadersFrom,
     /// On SIGTERM or SIGINT: how long running requests may take to finish, ms (queued and
     /// new ones get 503 `rejected-shutting-down`, `/health` answers not ready meanwhile).
     #[arg(long, default_value_t = DEFAULT_SHUTDOWN_GRACE_MS)]
@@ -215,6 +223,7 @@ pub async fn run(mut args: ServeArgs) -> anyhow::Result<()> {
         None => crate::trust::TrustedCallers::new(networks, None),
     }
     .map_err(|e| anyhow::anyhow!("--coordinator-token-file: {e}"))?;
+    opts.flow_headers_from = args.flow_headers_from;
     opts.objectives = crate::flow_control::Objectives::parse(&args.inference_objectives)
         .map_err(anyhow::Error::msg)?;
     let nofile = crate::client_limits::raise_nofile_limit();

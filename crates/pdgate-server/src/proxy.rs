@@ -149,6 +149,7 @@ async fn run(
         trusted,
         profile,
         coordinator: state.routers.is_none() && profile.is_some(),
+        client: peer,
     };
     let mut upstream_headers = state
         .forward_rules

@@ -160,9 +160,13 @@ schedulingProfiles:
     };
     let w = sim_worker(spec("w0", "decode", None), cfg).await;
     let objectives = Objectives::parse(&["hi=10".into(), "lo=-1".into()]).unwrap();
-    let r = fleet::router_with(endpoints([&w]), yaml, |o| o.objectives = objectives)
-        .await
-        .unwrap();
+    let r = fleet::router_with(endpoints([&w]), yaml, |o| {
+        o.objectives = objectives;
+        // The gateway sets the flow headers (llm-d's behaviour): read them from every request.
+        o.flow_headers_from = pdgate_core::flow_key::FlowHeadersFrom::Any;
+    })
+    .await
+    .unwrap();
     let u = url(&r);
     let mut lows = Vec::new();
     for i in 0..6u32 {

@@ -116,9 +116,13 @@ async fn engine(kv: f64) -> String {
 /// = 10, once every endpoint's gauges and models are known.
 async fn router_over(yaml: &str, endpoints: Vec<Endpoint>) -> ServerHandle {
     let objectives = Objectives::parse(&["batch=-1".into(), "chat=10".into()]).unwrap();
-    let r = fleet::router_with(endpoints, yaml, |o| o.objectives = objectives)
-        .await
-        .unwrap();
+    let r = fleet::router_with(endpoints, yaml, |o| {
+        o.objectives = objectives;
+        // The gateway sets the flow headers (llm-d's behaviour): read them from every request.
+        o.flow_headers_from = pdgate_core::flow_key::FlowHeadersFrom::Any;
+    })
+    .await
+    .unwrap();
     wait_until(Duration::from_secs(5), "every endpoint scraped", || {
         r.state
             .registry

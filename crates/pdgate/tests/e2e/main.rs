@@ -24,6 +24,7 @@ mod e2e_epp_process;
 mod e2e_errors;
 mod e2e_flow_control;
 mod e2e_flow_eviction;
+mod e2e_flow_trust;
 mod e2e_headers;
 mod e2e_kube;
 mod e2e_kv_events;

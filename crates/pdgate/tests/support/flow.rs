@@ -40,9 +40,13 @@ pub async fn fleet_with(yaml: &str, objectives: &[&str]) -> (WorkerHandle, Serve
     let w = sim_worker(spec("w0", "decode", None), sim_config(1.0)).await;
     let objectives =
         Objectives::parse(&objectives.iter().map(|s| s.to_string()).collect::<Vec<_>>()).unwrap();
-    let r = fleet::router_with(endpoints([&w]), yaml, |o| o.objectives = objectives)
-        .await
-        .unwrap();
+    let r = fleet::router_with(endpoints([&w]), yaml, |o| {
+        o.objectives = objectives;
+        // The gateway sets the flow headers (llm-d's behaviour): read them from every request.
+        o.flow_headers_from = pdgate_core::flow_key::FlowHeadersFrom::Any;
+    })
+    .await
+    .unwrap();
     (w, r)
 }
 
