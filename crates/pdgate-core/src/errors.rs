@@ -162,18 +162,21 @@ impl ApiError {
                 }
                 Rejection::UnknownProfile(_) => StatusCode::BAD_REQUEST,
                 Rejection::DecodeDeferred { .. } => StatusCode::PRECONDITION_FAILED,
-                Rejection::Pin { status, .. } => {
-                    StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_REQUEST)
-                }
+                Rejection::Pin { kind, .. } => match kind {
+                    pdgate_scheduler::PinFault::Invalid => StatusCode::BAD_REQUEST,
+                    pdgate_scheduler::PinFault::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+                },
             },
             ApiError::BadHint(_) => StatusCode::BAD_REQUEST,
             ApiError::Step { status, .. } => {
                 StatusCode::from_u16(*status).unwrap_or(StatusCode::BAD_GATEWAY)
             }
-            ApiError::Dropped { outcome, .. } => outcome
-                .client_answer()
-                .and_then(|(s, _)| StatusCode::from_u16(s).ok())
-                .unwrap_or(StatusCode::SERVICE_UNAVAILABLE),
+            ApiError::Dropped { outcome, .. } => match outcome.client_answer() {
+                Some((pdgate_scheduler::flow::DropClass::Contended, _)) => {
+                    StatusCode::TOO_MANY_REQUESTS
+                }
+                _ => StatusCode::SERVICE_UNAVAILABLE,
+            },
             // What a failed leg gets is the failure rule's (504 for timeouts, 503 for an open
             // circuit, the scheduler's status for no endpoint, else 502).
             ApiError::Pipeline(PipelineError::Dispatch { source, .. }) => {

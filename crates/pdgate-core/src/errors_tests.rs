@@ -77,7 +77,7 @@ fn every_error_has_its_status() {
         ),
         (
             rejected(Rejection::Pin {
-                status: 503,
+                kind: pdgate_scheduler::PinFault::Unavailable,
                 reason: "not_ready",
                 message: "pinned endpoint not Ready".into(),
             }),

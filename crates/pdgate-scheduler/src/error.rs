@@ -123,8 +123,8 @@ pub enum Rejection {
     /// or field (design.md §5.3).
     #[error("{message}")]
     Pin {
-        /// 400 or 503.
-        status: u16,
+        /// Whether the pin itself is wrong or what it names cannot serve now.
+        kind: PinFault,
         /// Stable reason for metrics (`unknown_endpoint`, `wrong_role`, `not_ready`, …).
         reason: &'static str,
         /// What is wrong, naming the header or field.
@@ -138,4 +138,16 @@ pub enum Rejection {
         /// Why the decode endpoint will not serve it alone.
         reason: String,
     },
+}
+
+/// What is wrong with a pin: the front maps it to its status (400 for [`PinFault::Invalid`],
+/// 503 for [`PinFault::Unavailable`]); the scheduler names no HTTP status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PinFault {
+    /// The pin names nothing that could ever serve it (unknown endpoint or rank, wrong
+    /// role): the client's mistake.
+    Invalid,
+    /// The pinned endpoint or revision exists but cannot serve now (not Ready, no endpoint
+    /// of its revision for the phase).
+    Unavailable,
 }

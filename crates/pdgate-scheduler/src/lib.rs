@@ -31,7 +31,7 @@ pub use endpoint::{
     monotonic_ms, Endpoint, EndpointLoad, EndpointState, InFlightGuard, LoraInfo, Snapshot,
     TokenGuard,
 };
-pub use error::{ConfigError, Rejection};
+pub use error::{ConfigError, PinFault, Rejection};
 pub use pins::{check_ranks, pin_for, resolve, validate, Pin, PinError, Resolved};
 pub use plugin::Decision;
 pub use request::{

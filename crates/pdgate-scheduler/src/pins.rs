@@ -315,11 +315,12 @@ impl PinError {
         }
     }
 
-    /// HTTP status: 503 for [`PinError::NotReady`], 400 for everything else.
-    pub fn status(&self) -> u16 {
+    /// The kind of fault: [`PinFault::Unavailable`] for [`PinError::NotReady`],
+    /// [`PinFault::Invalid`] for everything else.
+    pub fn fault(&self) -> crate::error::PinFault {
         match self {
-            PinError::NotReady { .. } => 503,
-            _ => 400,
+            PinError::NotReady { .. } => crate::error::PinFault::Unavailable,
+            _ => crate::error::PinFault::Invalid,
         }
     }
 

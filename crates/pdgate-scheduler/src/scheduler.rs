@@ -124,7 +124,7 @@ impl Scheduler {
     ) -> Result<SchedulingResult, Rejected> {
         let pins = match req.hints {
             Some(h) => RequestPins::of(h, snapshot).map_err(|e| Rejection::Pin {
-                status: e.status(),
+                kind: e.fault(),
                 reason: e.reason(),
                 message: e.to_string(),
             })?,
@@ -442,7 +442,7 @@ impl ProfileRunner for Runner<'_> {
                         // A pin fixed the revision and it has no endpoint for this phase (design.md
                         // §5.3): unavailable, not saturated.
                         (Rejection::Saturated { profile }, Some(rev)) => Rejection::Pin {
-                            status: 503,
+                            kind: crate::error::PinFault::Unavailable,
                             reason: "pinned_revision_incomplete",
                             message: format!(
                         "the pinned endpoint's revision `{rev}` has no endpoint for scheduling \

@@ -77,7 +77,7 @@ fn seed_bug_a_decode_worker_pin_never_constrains_prefill() {
     let h = hints(&[("x-prefill-instance-id", "decode-0")]);
     let p = pin_for(Phase::Prefill, &h).unwrap();
     let err = validate(&p, Phase::Prefill, &snap).unwrap_err();
-    assert_eq!(err.status(), 400);
+    assert_eq!(err.fault(), pdgate_scheduler::PinFault::Invalid);
     assert_eq!(
         err.to_string(),
         "header `x-prefill-instance-id`: endpoint `decode-0` has role `decode`, which cannot run the prefill phase"

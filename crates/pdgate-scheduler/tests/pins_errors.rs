@@ -129,12 +129,12 @@ fn nulls_count_as_absent() {
 
 #[test]
 fn pin_error_messages_name_the_header_and_the_endpoint() {
-    let cases: Vec<(PinError, u16, &str)> = vec![
+    let cases: Vec<(PinError, pdgate_scheduler::PinFault, &str)> = vec![
         (
             resolve(Phase::Decode, &hints(&[("x-dp-rank", "2")]))
                 .check()
                 .unwrap_err(),
-            400,
+            pdgate_scheduler::PinFault::Invalid,
             "header `x-dp-rank`: DP rank 2 is given without an endpoint to pin (`x-worker-instance-id` or `x-decode-instance-id`)",
         ),
         (
@@ -144,73 +144,73 @@ fn pin_error_messages_name_the_header_and_the_endpoint() {
             )
             .check()
             .unwrap_err(),
-            400,
+            pdgate_scheduler::PinFault::Invalid,
             "field `nvext.prefill_dp_rank`: DP rank 1 is given without an endpoint to pin (`x-prefill-instance-id`)",
         ),
         (
             pin_err(&pin("decode-9", None, "x-worker-instance-id", None), Phase::Decode),
-            400,
+            pdgate_scheduler::PinFault::Invalid,
             "header `x-worker-instance-id`: endpoint `decode-9` is not known",
         ),
         (
             pin_err(&pin("pod-z", Some(0), "x-worker-instance-id", Some("x-dp-rank")), Phase::Decode),
-            400,
+            pdgate_scheduler::PinFault::Invalid,
             "header `x-worker-instance-id`: endpoint `pod-z` is not known",
         ),
         (
             pin_err(&pin("pod-a", Some(3), "x-worker-instance-id", Some("x-dp-rank")), Phase::Decode),
-            400,
+            pdgate_scheduler::PinFault::Invalid,
             "header `x-dp-rank`: endpoint `pod-a` has no DP rank 3 (known ranks: 0, 1)",
         ),
         (
             pin_err(&pin("decode-0", Some(1), "x-decode-instance-id", Some("routing.dp_rank")), Phase::Decode),
-            400,
+            pdgate_scheduler::PinFault::Invalid,
             "field `routing.dp_rank`: endpoint `decode-0` has no DP rank 1 (it has no DP ranks)",
         ),
         (
             pin_err(&pin("pod-b", Some(0), "x-prefill-instance-id", Some("x-prefill-dp-rank")), Phase::Prefill),
-            400,
+            pdgate_scheduler::PinFault::Invalid,
             "header `x-prefill-dp-rank`: endpoint `pod-b` has no DP rank 0 (known ranks: 2)",
         ),
         (
             pin_err(&pin("decode-0", None, "x-prefill-instance-id", None), Phase::Prefill),
-            400,
+            pdgate_scheduler::PinFault::Invalid,
             "header `x-prefill-instance-id`: endpoint `decode-0` has role `decode`, which cannot run the prefill phase",
         ),
         (
             pin_err(&pin("plain-0", None, "nvext.prefill_worker_id", None), Phase::Prefill),
-            400,
+            pdgate_scheduler::PinFault::Invalid,
             "field `nvext.prefill_worker_id`: endpoint `plain-0` has no role label, which cannot run the prefill phase",
         ),
         (
             pin_err(&pin("prefill-0", None, "x-worker-instance-id", None), Phase::Decode),
-            400,
+            pdgate_scheduler::PinFault::Invalid,
             "header `x-worker-instance-id`: endpoint `prefill-0` has role `prefill`, which cannot run the decode phase",
         ),
         (
             pin_err(&pin("prefill-0", None, "x-dynamo-worker-instance-id", None), Phase::Aggregated),
-            400,
+            pdgate_scheduler::PinFault::Invalid,
             "header `x-dynamo-worker-instance-id`: endpoint `prefill-0` has role `prefill`, which cannot run the aggregated phase",
         ),
         (
             pin_err(&pin("encode-0", None, "x-worker-instance-id", None), Phase::Aggregated),
-            400,
+            pdgate_scheduler::PinFault::Invalid,
             "header `x-worker-instance-id`: endpoint `encode-0` has role `encode`, which cannot run the aggregated phase",
         ),
         (
             pin_err(&pin("decode-7", None, "x-worker-instance-id", None), Phase::Decode),
-            503,
+            pdgate_scheduler::PinFault::Unavailable,
             "header `x-worker-instance-id`: endpoint `decode-7` is not ready",
         ),
         (
             pin_err(&pin("decode-8", None, "nvext.backend_instance_id", None), Phase::Aggregated),
-            503,
+            pdgate_scheduler::PinFault::Unavailable,
             "field `nvext.backend_instance_id`: endpoint `decode-8` is terminating",
         ),
     ];
     for (err, status, want) in &cases {
         assert_eq!(err.to_string(), *want);
-        assert_eq!(err.status(), *status, "{want}");
+        assert_eq!(err.fault(), *status, "{want}");
     }
     let reasons: std::collections::BTreeSet<&str> =
         cases.iter().map(|(e, _, _)| e.reason()).collect();
@@ -237,7 +237,7 @@ fn a_wrong_role_is_reported_before_readiness() {
         &snap,
     )
     .unwrap_err();
-    assert_eq!(err.status(), 400);
+    assert_eq!(err.fault(), pdgate_scheduler::PinFault::Invalid);
     assert!(matches!(
         err,
         PinError::WrongRole {

@@ -75,7 +75,7 @@ fn the_other_phase_stays_in_the_pinned_revision_or_the_request_is_503() {
     assert_eq!(
         e.reason,
         Rejection::Pin {
-            status: 503,
+            kind: pdgate_scheduler::PinFault::Unavailable,
             reason: "pinned_revision_incomplete",
             message: "the pinned endpoint's revision `a` has no endpoint for scheduling profile \
                       `decode`"

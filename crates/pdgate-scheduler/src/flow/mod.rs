@@ -84,22 +84,34 @@ impl Outcome {
         }
     }
 
-    /// What the client gets: `(HTTP status, x-llm-d-request-dropped-reason)`, as llm-d's
-    /// `translateFlowControlOutcome` maps it — 429 when capacity exists but is contended,
-    /// 503 when there is none. `None` for [`Outcome::Dispatched`] and for a client that is
-    /// gone.
-    pub fn client_answer(self) -> Option<(u16, &'static str)> {
+    /// What the client gets: `(class, x-llm-d-request-dropped-reason)`, as llm-d's
+    /// `translateFlowControlOutcome` maps it — [`DropClass::Contended`] (429) when capacity
+    /// exists but is contended, [`DropClass::NoCapacity`] (503) when there is none (the front
+    /// maps the class to its status). `None` for [`Outcome::Dispatched`] and for a client
+    /// that is gone.
+    pub fn client_answer(self) -> Option<(DropClass, &'static str)> {
         match self {
             Outcome::Dispatched | Outcome::EvictedContextCancelled => None,
-            Outcome::RejectedCapacity => Some((429, "rejected-saturated")),
-            Outcome::EvictedTtl => Some((429, "rejected-ttl-expired")),
+            Outcome::RejectedCapacity => Some((DropClass::Contended, "rejected-saturated")),
+            Outcome::EvictedTtl => Some((DropClass::Contended, "rejected-ttl-expired")),
             Outcome::RejectedNoEndpoints | Outcome::EvictedNoEndpoints => {
-                Some((503, "rejected-no-endpoints"))
+                Some((DropClass::NoCapacity, "rejected-no-endpoints"))
             }
-            Outcome::RejectedOther | Outcome::EvictedOther => Some((503, "rejected-shutting-down")),
-            Outcome::EvictedInFlight => Some((429, "evicted")),
+            Outcome::RejectedOther | Outcome::EvictedOther => {
+                Some((DropClass::NoCapacity, "rejected-shutting-down"))
+            }
+            Outcome::EvictedInFlight => Some((DropClass::Contended, "evicted")),
         }
     }
+}
+
+/// How flow control refused a request (the front maps it: 429 and 503, as llm-d does).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DropClass {
+    /// Capacity exists but is contended (llm-d: 429 Too Many Requests).
+    Contended,
+    /// There is no capacity to wait for (no endpoints, shutting down; llm-d: 503).
+    NoCapacity,
 }
 
 #[cfg(test)]
@@ -110,24 +122,24 @@ mod tests {
     fn outcomes_map_as_llm_d_does() {
         assert_eq!(
             Outcome::RejectedCapacity.client_answer(),
-            Some((429, "rejected-saturated"))
+            Some((DropClass::Contended, "rejected-saturated"))
         );
         assert_eq!(
             Outcome::EvictedTtl.client_answer(),
-            Some((429, "rejected-ttl-expired"))
+            Some((DropClass::Contended, "rejected-ttl-expired"))
         );
         assert_eq!(
             Outcome::EvictedNoEndpoints.client_answer(),
-            Some((503, "rejected-no-endpoints"))
+            Some((DropClass::NoCapacity, "rejected-no-endpoints"))
         );
         assert_eq!(
             Outcome::RejectedOther.client_answer(),
-            Some((503, "rejected-shutting-down"))
+            Some((DropClass::NoCapacity, "rejected-shutting-down"))
         );
         assert_eq!(Outcome::EvictedContextCancelled.client_answer(), None);
         assert_eq!(
             Outcome::EvictedInFlight.client_answer(),
-            Some((429, "evicted"))
+            Some((DropClass::Contended, "evicted"))
         );
         assert_eq!(Outcome::EvictedTtl.as_str(), "EvictedTTL");
         assert!(sheddable(-1) && !sheddable(0));
