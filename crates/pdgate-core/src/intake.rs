@@ -207,7 +207,7 @@ impl RequestHeaders for SchedulerHeaders<'_> {
 /// The names a client's scheduler view hides: router-owned (internal) headers, the profile
 /// headers, and every forwarded header (a client must not choose a revision or a decision
 /// id).
-fn hidden_names<'a>(rules: &'a ForwardRules) -> impl Iterator<Item = &'a str> {
+fn hidden_names(rules: &ForwardRules) -> impl Iterator<Item = &str> {
     rules
         .names()
         .chain(headers::INTERNAL.iter().copied())

@@ -114,6 +114,29 @@ fn local_encode(state: &AppState, snapshot: &pdgate_scheduler::Snapshot) -> Opti
     })
 }
 
+/// The router's role for one request, decided once at ingress.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Role {
+    /// This router schedules and runs every phase of a client's request.
+    Whole,
+    /// A per-role router: a trusted coordinator sent one phase leg (`x-llm-d-epp-profile`);
+    /// its body fields and forwarded headers are the contract between hops.
+    PhaseRouter,
+    /// A coordinator of per-role routers (`--prefill-router`/`--decode-router`): they
+    /// schedule; the plan names them.
+    Coordinator,
+}
+
+/// A client request after ingress: parsed, its caller and role decided.
+struct Ingressed<'h> {
+    req: InferenceRequest,
+    headers: &'h HeaderMap,
+    caller: Caller<'h>,
+    role: Role,
+    body_bytes: u64,
+    upstream_headers: HeaderMap,
+}
+
 async fn run(
     state: &AppState,
     api: ApiKind,
@@ -125,22 +148,46 @@ async fn run(
     // The lease holds the body's bytes in the budget until the answer is produced.
     let (raw, _lease) = client_body::read(state, body, &client_headers).await?;
     let body_bytes = raw.len() as u64;
-    let mut req = client_body::parse(api, raw).await?;
-    let present = HeaderNames::of(&client_headers);
+    let req = client_body::parse(api, raw).await?;
+    let ingressed = ingress(state, req, &client_headers, body_bytes, rid, peer)?;
+    match ingressed.role {
+        Role::Coordinator => plan_coordinator(state, ingressed, rid).await,
+        Role::Whole | Role::PhaseRouter => plan_router(state, ingressed, rid).await,
+    }
+}
+
+/// Ingress: the trust boundary (coordinator headers from an untrusted caller counted and
+/// never read), the caller, the role, the headers every leg carries.
+///
+/// Errors: an unreadable profile header from a trusted caller (400 naming it).
+fn ingress<'h>(
+    state: &AppState,
+    req: InferenceRequest,
+    client_headers: &'h HeaderMap,
+    body_bytes: u64,
+    rid: &HeaderValue,
+    peer: Option<std::net::IpAddr>,
+) -> Result<Ingressed<'h>, ApiError> {
+    let present = HeaderNames::of(client_headers);
     // Coordinator-to-router headers count only from a trusted caller (crate::trust); from
     // anyone else they are dropped (and counted) before anything reads them.
-    let trusted = state.trust.trusts(peer, &client_headers);
+    let trusted = state.trust.trusts(peer, client_headers);
     if !trusted {
         intake::count_untrusted(
             &state.metrics,
             &state.forward_rules,
-            &client_headers,
+            client_headers,
             &present,
         );
     }
     let profile = match trusted {
-        true => profile_header(&client_headers, &present)?,
+        true => profile_header(client_headers, &present)?,
         false => None,
+    };
+    let role = match (&state.routers, profile) {
+        (Some(_), _) => Role::Coordinator,
+        (None, Some(_)) => Role::PhaseRouter,
+        (None, None) => Role::Whole,
     };
     // A per-role router's caller with a profile header is a coordinator sending a phase leg;
     // anyone else is a client, whose router-owned body fields go (issue 10: a client must not
@@ -148,58 +195,96 @@ async fn run(
     let caller = Caller {
         trusted,
         profile,
-        coordinator: state.routers.is_none() && profile.is_some(),
+        coordinator: role == Role::PhaseRouter,
         client: peer,
     };
-    let mut upstream_headers = state
+    let upstream_headers = state
         .forward_rules
-        .upstream_request_headers(&client_headers, rid);
-    // llm-d's coordinator steps before any leg (render): on a client's request only.
-    let pre_steps = async |req: &mut InferenceRequest| state.pre_steps.run(state, req, rid).await;
-    if let Some(routers) = &state.routers {
-        intake::clean(&state.metrics, &mut req, caller);
-        pre_steps(&mut req).await?;
-        // One decision id per request, on every leg to a router: fan-out legs (parallel
-        // encodes) then share one revision draw (design.md §5.1). A client's value was
-        // stripped as router-owned.
-        upstream_headers.insert(headers::REVISION_DECISION_ID, decision_id());
-        // Coordinator of per-role routers: they schedule; the plan names them.
-        let plan = Plan {
-            prefill: Some(routers.prefill.clone()),
-            decode: routers.decode.clone(),
-            encode: routers.encode.clone(),
-            conditional: routers.conditional_decode,
-            prefill_fallback: state.prefill_fallback,
-            kv_connector: state.kv_connector,
-            encode_settings: state.encode,
-            tokens_in: state.pre_steps.tokens_in_prefill,
-        };
-        let ctx = RequestContext::new(None, true);
-        let dispatcher = RouterDispatch::new(state, &ctx, &req);
-        let ingress = forward::Ingress {
-            req: &req,
-            upstream_headers: &upstream_headers,
-            rid,
-            session_id: None,
-            coordinator: caller.coordinator,
-        };
-        return Ok(forward::forward(state, &ingress, &plan, &dispatcher, &ctx, None).await);
-    }
+        .upstream_request_headers(client_headers, rid);
+    Ok(Ingressed {
+        req,
+        headers: client_headers,
+        caller,
+        role,
+        body_bytes,
+        upstream_headers,
+    })
+}
+
+/// llm-d's coordinator steps before any leg (render, media): on a client's request only.
+async fn pre_steps(
+    state: &AppState,
+    req: &mut InferenceRequest,
+    rid: &HeaderValue,
+) -> Result<(), ApiError> {
+    state.pre_steps.run(state, req, rid).await
+}
+
+/// The coordinator of per-role routers: the client's request cleaned and pre-stepped, then a
+/// plan naming the routers (they schedule).
+async fn plan_coordinator(
+    state: &AppState,
+    mut i: Ingressed<'_>,
+    rid: &HeaderValue,
+) -> Result<Response, ApiError> {
+    let Some(routers) = &state.routers else {
+        unreachable!("Role::Coordinator is decided from state.routers")
+    };
+    intake::clean(&state.metrics, &mut i.req, i.caller);
+    pre_steps(state, &mut i.req, rid).await?;
+    // One decision id per request, on every leg to a router: fan-out legs (parallel
+    // encodes) then share one revision draw (design.md §5.1). A client's value was
+    // stripped as router-owned.
+    i.upstream_headers
+        .insert(headers::REVISION_DECISION_ID, decision_id());
+    let plan = Plan {
+        prefill: Some(routers.prefill.clone()),
+        decode: routers.decode.clone(),
+        encode: routers.encode.clone(),
+        conditional: routers.conditional_decode,
+        prefill_fallback: state.prefill_fallback,
+        kv_connector: state.kv_connector,
+        encode_settings: state.encode,
+        tokens_in: state.pre_steps.tokens_in_prefill,
+    };
+    let ctx = RequestContext::new(None, true);
+    let dispatcher = RouterDispatch::new(state, &ctx, &i.req);
+    let ingress = forward::Ingress {
+        req: &i.req,
+        upstream_headers: &i.upstream_headers,
+        rid,
+        session_id: None,
+        coordinator: false,
+    };
+    Ok(forward::forward(state, &ingress, &plan, &dispatcher, &ctx, None).await)
+}
+
+/// A scheduling router (the whole request, or one phase leg for a coordinator): the one
+/// intake of both fronts ([`intake::route`]) picks, then a plan naming the picked endpoints.
+async fn plan_router(
+    state: &AppState,
+    mut i: Ingressed<'_>,
+    rid: &HeaderValue,
+) -> Result<Response, ApiError> {
     let now = tokio::time::Instant::now();
     let avoid_open = |e: &pdgate_scheduler::Endpoint| state.breakers.is_open(&e.name, now);
     let routed = intake::route(
         state.intake_handles(),
-        &mut req,
+        &mut i.req,
         &Intake {
-            headers: &client_headers,
+            headers: i.headers,
             rid: rid.to_str().unwrap_or_default(),
-            caller,
-            body_bytes,
+            caller: i.caller,
+            body_bytes: i.body_bytes,
             avoid: Some(&avoid_open),
         },
-        pre_steps,
+        async |req: &mut InferenceRequest| pre_steps(state, req, rid).await,
     )
     .await?;
+    let req = &i.req;
+    let upstream_headers = &i.upstream_headers;
+    let profile = i.caller.profile;
+    let caller = i.caller;
     // The decider wanted a split that no prefill endpoint can serve: the policy decides.
     let fallback = routed.prefill_unavailable.clone();
     if let (Some(reason), PrefillFallback::Fail) = (&fallback, state.prefill_fallback) {
@@ -229,10 +314,10 @@ async fn run(
         tokens_in: state.pre_steps.tokens_in_prefill,
     };
     let ctx = RequestContext::new(Some(result), routed.split);
-    let dispatcher = EngineDispatch::new(state, &ctx, &req, routed.decision.as_ref());
+    let dispatcher = EngineDispatch::new(state, &ctx, req, routed.decision.as_ref());
     let ingress = forward::Ingress {
-        req: &req,
-        upstream_headers: &upstream_headers,
+        req,
+        upstream_headers,
         rid,
         session_id: routed.session_id.as_deref(),
         coordinator: caller.coordinator,
