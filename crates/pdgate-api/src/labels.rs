@@ -8,3 +8,11 @@ pub const DS_REVISION: &str = "disaggregatedset.x-k8s.io/revision";
 pub const DS_ROLE: &str = "disaggregatedset.x-k8s.io/role";
 /// Name of the disaggregated set.
 pub const DS_NAME: &str = "disaggregatedset.x-k8s.io/name";
+
+/// The endpoint name of data-parallel rank `rank` of pod (or endpoints-file entry) `pod`:
+/// `<pod>-rank-<rank>` (llm-d's naming of DP ranks as endpoints). The one place the form is
+/// written: discovery names ranks with it, pins and the data-parallel profile handler look
+/// them up with it.
+pub fn rank_endpoint_name(pod: &str, rank: impl std::fmt::Display) -> String {
+    format!("{pod}-rank-{rank}")
+}

@@ -11,6 +11,7 @@ pub mod hints;
 pub mod kv;
 pub mod kv_events;
 pub mod labels;
+pub mod log_limit;
 pub mod media;
 pub mod openai;
 pub mod phase;

@@ -100,7 +100,7 @@ pub fn parse_endpoints_yaml(text: &str, source: &str) -> Result<Vec<Endpoint>, D
         // A pod with N data-parallel ranks is N endpoints `<pod>-rank-<i>` (design.md §1).
         let ranks: Vec<(String, Option<u32>)> = match dp_size {
             Some(n) => (0..n)
-                .map(|r| (format!("{name}-rank-{r}"), Some(r)))
+                .map(|r| (pdgate_api::labels::rank_endpoint_name(&name, r), Some(r)))
                 .collect(),
             None => vec![(name.clone(), e.dp_rank)],
         };

@@ -144,7 +144,7 @@ pub fn validate<'s>(
     let state = match pin.dp_rank {
         None => snapshot.get(&pin.endpoint),
         Some(rank) => snapshot
-            .get(&format!("{}-rank-{rank}", pin.endpoint))
+            .get(&pdgate_api::labels::rank_endpoint_name(&pin.endpoint, rank))
             .or_else(|| {
                 snapshot
                     .get(&pin.endpoint)

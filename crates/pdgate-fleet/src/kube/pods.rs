@@ -59,7 +59,10 @@ pub fn endpoints<'a>(
         for (rank, port) in ports.iter().enumerate() {
             let (ep_name, dp_rank) = match ports.len() {
                 1 => (name.clone(), None),
-                _ => (format!("{name}-rank-{rank}"), Some(rank as u32)),
+                _ => (
+                    pdgate_api::labels::rank_endpoint_name(&name, rank),
+                    Some(rank as u32),
+                ),
             };
             let mut ep = Endpoint::new(ep_name, format!("{host}:{port}"), pod_labels.clone());
             ep.ready = ready;

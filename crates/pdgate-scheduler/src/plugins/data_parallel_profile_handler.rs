@@ -253,7 +253,7 @@ mod tests {
         let mut labels = BTreeMap::new();
         labels.insert(pdgate_api::labels::ROLE.to_string(), "decode".to_string());
         let mut e = Endpoint::new(
-            format!("{pod}-rank-{i}"),
+            pdgate_api::labels::rank_endpoint_name(pod, i),
             format!("10.0.0.7:{port}"),
             labels,
         );
