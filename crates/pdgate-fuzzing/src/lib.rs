@@ -8,9 +8,9 @@
 use bytes::Bytes;
 use pdgate_api::{hints::RoutingHints, media::media_items, prefer, ApiKind, InferenceRequest};
 use pdgate_coordinator::{owned, phase_body, KvConnector};
+use pdgate_core::owned_filter::OwnedFilter;
 use pdgate_scheduler::plugins::label_selector_filter::LabelSelector;
 use pdgate_scheduler::Scheduler;
-use pdgate_server::owned_filter::OwnedFilter;
 use serde_json::{Map, Value};
 use std::collections::BTreeMap;
 

@@ -27,7 +27,7 @@ pub struct FleetSpec {
     pub max_body_bytes: usize,
     /// Who the router trusts to send coordinator headers (default: nobody); a test that
     /// uses the fleet's router as a per-role router behind a coordinator sets it.
-    pub trust: pdgate_server::trust::TrustedCallers,
+    pub trust: pdgate_core::trust::TrustedCallers,
 }
 
 impl FleetSpec {

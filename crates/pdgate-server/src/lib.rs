@@ -1,38 +1,34 @@
-//! pdgate's HTTP side: the OpenAI-compatible front, the upstream client and the two
-//! [`pdgate_coordinator::Dispatcher`]s (engines, per-role routers), endpoint discovery, engine metrics scraping and the
-//! router's own Prometheus metrics. Scheduling policy lives in `pdgate-scheduler`; phase
-//! order and bodies in `pdgate-coordinator`.
+//! `pdgate serve`, pdgate's HTTP front end, by request stage: [`ingress`] (the handler,
+//! the role decided once, one planner per role), [`pre_steps`] (render, media URLs),
+//! [`dispatch`] (the request context, the two [`pdgate_coordinator::Dispatcher`]s — engines
+//! and per-role routers — legs, upstream client, retries, timeouts), [`respond`] (the answer
+//! and relayed bodies), [`config`] (flags, the coordinator file). What it shares with `pdgate
+//! epp` lives in `pdgate-core`; scheduling policy in `pdgate-scheduler`; phase order and
+//! bodies in `pdgate-coordinator`.
 
 pub mod app;
-pub mod args;
-pub mod body;
-pub mod client_body;
-pub mod coordinator_config;
-pub mod ctx;
-pub mod engine_dispatch;
-pub mod forward;
-pub mod leg_body;
-pub mod leg_send;
-pub mod listener;
-pub mod media_urls;
-pub mod phase_routers;
+pub(crate) mod config;
+pub(crate) mod dispatch;
+pub(crate) mod ingress;
+pub(crate) mod listener;
 pub mod pre_steps;
-pub mod proxy;
-pub mod render_step;
-pub mod resilience_args;
-pub mod retry;
-pub mod router_dispatch;
-pub mod served;
-pub mod threads;
-pub mod timeouts;
-pub mod upstream;
+pub(crate) mod respond;
 
-pub use pdgate_core::{
+// Paths the server's assembly (app.rs, listener.rs) names at the crate root.
+use config::resilience_args;
+use dispatch::{phase_routers, retry, timeouts, upstream};
+use ingress::proxy;
+pub(crate) use pdgate_core::{
     active, body_budget, bounds, breaker, client_limits, errors, failure, flow_control,
-    flow_eviction, flow_key, flow_metrics, flow_programs, header_scan, kv_feed, log_limit, metrics,
-    owned_filter, plugin_metrics, prompt_tokens, request_ids, session, trust,
+    flow_eviction, flow_programs, header_scan, kv_feed, log_limit, metrics, owned_filter,
+    prompt_tokens, request_ids, session, trust,
 };
 
 pub use app::{serve_on, AppState, ServeOptions, ServerHandle};
-pub use args::{run, ServeArgs};
+pub use config::args::{run, ServeArgs};
+pub use config::coordinator_config;
+pub use dispatch::phase_routers::PhaseRouters;
+pub use dispatch::upstream::MAX_ANSWER_BYTES;
 pub use pdgate_fleet::{EndpointRegistry, EndpointSource};
+pub use pre_steps::media_urls::MediaUrlSettings;
+pub use pre_steps::render_step::RenderArgs;

@@ -113,7 +113,7 @@ fn check_config(file: &std::path::Path) -> std::process::ExitCode {
     use pdgate_scheduler::config::{self, ConfigErrors};
     use std::io::Write;
     let name = file.display().to_string();
-    let checked = match pdgate_server::args::read_config_file(file) {
+    let checked = match pdgate_core::startup::read_config_file(file) {
         // llm-d's coordinator file (`serve --coordinator-config`), with its env overrides.
         Ok(text) if pdgate_server::coordinator_config::looks_like_coordinator_config(&text) => {
             pdgate_server::coordinator_config::CoordinatorConfig::load(&text, &name, &|k| {

@@ -107,7 +107,7 @@ async fn start(cfg: &RolloutConfig, dir: &Path) -> anyhow::Result<Layout> {
     let yaml = router_config();
     // The routers trust the coordinator by a shared token, as across a network (any caller
     // on loopback without it is an ordinary client).
-    let trust = pdgate_server::trust::TrustedCallers::new(Vec::new(), Some(&session_token()))
+    let trust = pdgate_core::trust::TrustedCallers::new(Vec::new(), Some(&session_token()))
         .expect("a generated token is valid");
     let role_router = || -> anyhow::Result<_> {
         let trust = trust.clone();

@@ -5,9 +5,9 @@
 use crate::support;
 
 use axum::response::IntoResponse;
+use pdgate_core::client_limits::ClientLimits;
 use pdgate_scenario::fleet;
 use pdgate_scheduler::{Endpoint, DEFAULT_CONFIG_YAML};
-use pdgate_server::client_limits::ClientLimits;
 use pdgate_server::ServerHandle;
 use serde_json::json;
 use std::collections::BTreeMap;

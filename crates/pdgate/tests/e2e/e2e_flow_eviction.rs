@@ -6,8 +6,8 @@
 
 use crate::support;
 
+use pdgate_core::flow_control::Objectives;
 use pdgate_scenario::fleet;
-use pdgate_server::flow_control::Objectives;
 use pdgate_server::ServerHandle;
 use pdgate_sim::WorkerHandle;
 use std::time::{Duration, Instant};

@@ -7,7 +7,7 @@ use crate::support;
 use axum::body::Body;
 use axum::response::IntoResponse;
 use bytes::Bytes;
-use pdgate_server::upstream::MAX_ANSWER_BYTES;
+use pdgate_server::MAX_ANSWER_BYTES;
 use serde_json::json;
 use support::{fake_engine, send, url};
 

@@ -7,11 +7,11 @@
 
 use crate::support;
 
+use pdgate_core::flow_control::Objectives;
 use pdgate_scenario::fleet;
 use pdgate_scheduler::flow::plugins::Fairness;
 use pdgate_scheduler::flow::program_aware::Las;
 use pdgate_scheduler::{Endpoint, Scheduler};
-use pdgate_server::flow_control::Objectives;
 use pdgate_server::ServerHandle;
 use std::time::{Duration, Instant};
 use support::flow::*;

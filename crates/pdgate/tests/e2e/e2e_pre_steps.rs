@@ -19,7 +19,7 @@ async fn the_render_step_sends_engine_token_ids_on_every_leg() {
         axum::Json(json!({"id": "c", "choices": []})).into_response()
     })
     .await;
-    let render = pdgate_server::render_step::RenderArgs {
+    let render = pdgate_server::RenderArgs {
         render_address: Some(format!("http://{}", sim.addr())),
         render_timeout_ms: 5_000,
         render_max_idle_per_host: 4,
@@ -110,7 +110,7 @@ async fn replace_media_urls_inlines_images_before_any_leg_and_refuses_loopback()
             engine.addr.clone(),
             labels("decode", None),
         )];
-        let media = pdgate_server::media_urls::MediaUrlSettings {
+        let media = pdgate_server::MediaUrlSettings {
             allow_loopback_for_tests: seam,
             ..Default::default()
         };

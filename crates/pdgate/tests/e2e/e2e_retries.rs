@@ -107,7 +107,7 @@ async fn a_failed_prefill_sends_no_decode_and_a_4xx_passes_through_untouched() {
     assert_eq!(requests(&d_ok), 0);
     assert_eq!(
         r.state.breakers.state("decode-409"),
-        pdgate_server::breaker::BreakerState::Closed
+        pdgate_core::breaker::BreakerState::Closed
     );
     assert_eq!(
         metric(&url, "pdgate_retries_total{phase=\"decode\"}").await,

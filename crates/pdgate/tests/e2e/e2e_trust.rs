@@ -5,10 +5,10 @@
 
 use crate::support;
 
+use pdgate_core::trust::TrustedCallers;
 use pdgate_scenario::fleet::{self, FleetSpec};
 use pdgate_scheduler::DEFAULT_CONFIG_YAML;
 use pdgate_server::app::PhaseRouters;
-use pdgate_server::trust::TrustedCallers;
 use serde_json::json;
 use support::{metric, metrics, send, url};
 

@@ -3,8 +3,8 @@
 //! and readers of the flow-control metrics.
 
 use super::*;
+use pdgate_core::flow_control::Objectives;
 use pdgate_scenario::fleet;
-use pdgate_server::flow_control::Objectives;
 use pdgate_server::ServerHandle;
 use pdgate_sim::WorkerHandle;
 use std::time::Duration;

@@ -4,8 +4,8 @@
 //! `pdgate.io/kv-events-port` label), and readers of the router's `/debug/kv-index`.
 
 use super::{send, sim_worker, spec, url};
+use pdgate_core::kv_feed::{PORT_LABEL, REPLAY_PORT_LABEL};
 use pdgate_scheduler::Endpoint;
-use pdgate_server::kv_feed::{PORT_LABEL, REPLAY_PORT_LABEL};
 use pdgate_server::ServerHandle;
 use pdgate_sim::kv_events::KvEventsConfig;
 use pdgate_sim::{SimConfig, WorkerHandle};

@@ -345,9 +345,9 @@ pub async fn router(endpoints: Vec<Endpoint>, config_yaml: &str) -> ServerHandle
 }
 
 /// Trust for callers on 127.0.0.1.
-pub fn loopback_trusted() -> pdgate_server::trust::TrustedCallers {
-    let nets = pdgate_server::trust::parse_networks(&["127.0.0.1".into()]).unwrap();
-    pdgate_server::trust::TrustedCallers::new(nets, None).unwrap()
+pub fn loopback_trusted() -> pdgate_core::trust::TrustedCallers {
+    let nets = pdgate_core::trust::parse_networks(&["127.0.0.1".into()]).unwrap();
+    pdgate_core::trust::TrustedCallers::new(nets, None).unwrap()
 }
 
 /// A router with the built-in config in front of one engine at `addr`, endpoint `d0` with

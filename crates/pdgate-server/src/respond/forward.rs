@@ -4,12 +4,12 @@
 //! the prefill-unavailable policy's trace, bookings tied to the response body.
 
 use crate::app::AppState;
-use crate::body::{ResponseBody, StreamReport};
-use crate::ctx::{RequestContext, Slot};
+use crate::dispatch::ctx::{RequestContext, Slot};
+use crate::dispatch::leg_body::LegBody;
+use crate::dispatch::leg_send;
+use crate::dispatch::served::Served;
 use crate::errors::ApiError;
-use crate::leg_body::LegBody;
-use crate::leg_send;
-use crate::served::Served;
+use crate::respond::body::{ResponseBody, StreamReport};
 use axum::body::Body;
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
@@ -18,7 +18,7 @@ use pdgate_api::{headers, InferenceRequest, Phase};
 use pdgate_coordinator::{
     header_rules, Dispatcher, Outcome, PhaseResponse, PipelineError, Plan, Probe, Trace,
 };
-pub use pdgate_core::errors::{reason_header, FALLBACK_REASON, REASON_HEADER_MAX};
+pub use pdgate_core::errors::{reason_header, FALLBACK_REASON};
 pub use pdgate_core::sse::is_event_stream;
 
 /// One parsed client request, as the pipeline sends it.

@@ -17,8 +17,8 @@
 //! `pdgate_stream_errors_total{kind}` and logged; stalls and breaks count against the
 //! endpoint's breaker.
 
+use crate::dispatch::leg_body::{LegBody, LegBodyError};
 use crate::failure::{self, BreakerEffect, LegEvent};
-use crate::leg_body::{LegBody, LegBodyError};
 use crate::owned_filter::{LineTooLong, OwnedFilter, MAX_SSE_LINE_BYTES};
 use bytes::{Bytes, BytesMut};
 use http_body::{Body, Frame, SizeHint};

@@ -1,7 +1,7 @@
 //! Served-by headers (design.md §5.3): every response names the endpoint, DP rank and
 //! revision of each phase that ran, and the P/D mode.
 
-use crate::ctx::{RequestContext, Slot};
+use crate::dispatch::ctx::{RequestContext, Slot};
 use http::{HeaderMap, HeaderName, HeaderValue};
 use pdgate_api::{headers, Phase};
 use pdgate_coordinator::{Target, Trace};

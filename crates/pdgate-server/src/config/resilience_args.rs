@@ -1,13 +1,15 @@
 //! `pdgate serve` flags for upstream timeouts, retries, circuit breakers and the
 //! prefill-unavailable policy. Each flag can also be set by its `PDGATE_*` environment
-//! variable; every default is the constant of its module ([`crate::timeouts`],
-//! [`crate::retry`], [`crate::breaker`], [`PrefillFallback::default`]).
+//! variable; every default is the constant of its module ([`crate::dispatch::timeouts`],
+//! [`crate::dispatch::retry`], [`crate::breaker`], [`PrefillFallback::default`]).
 
 use crate::breaker::{
     BreakerConfig, DEFAULT_FAILURE_THRESHOLD, DEFAULT_HALF_OPEN_PROBES, DEFAULT_OPEN_FOR,
 };
-use crate::retry::{RetryPolicy, DEFAULT_BASE_BACKOFF, DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_BACKOFF};
-use crate::timeouts::{
+use crate::dispatch::retry::{
+    RetryPolicy, DEFAULT_BASE_BACKOFF, DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_BACKOFF,
+};
+use crate::dispatch::timeouts::{
     UpstreamTimeouts, DEFAULT_BODY_TIMEOUT_SECS, DEFAULT_CONNECT_TIMEOUT_SECS,
     DEFAULT_LEG_DEADLINE_SECS, DEFAULT_STREAM_HEAD_TIMEOUT_SECS, DEFAULT_STREAM_IDLE_TIMEOUT_SECS,
 };

@@ -46,7 +46,7 @@ pub struct ServeArgs {
     pub scrape_timeout_ms: u64,
     /// Upstream timeouts, retries, breakers, prefill-unavailable policy.
     #[command(flatten)]
-    pub resilience: crate::resilience_args::ResilienceArgs,
+    pub resilience: crate::config::resilience_args::ResilienceArgs,
     /// Callers trusted to send coordinator-to-router headers (`x-llm-d-epp-profile`, the
     /// forwarded revision header, the decision id, `Prefer: if-available`), by source
     /// address: CIDRs or addresses, comma-separated. Default: none.
@@ -114,13 +114,13 @@ pub struct ServeArgs {
     /// Encode legs in flight at once for one request.
     #[arg(long, default_value_t = pdgate_coordinator::ec_connector::DEFAULT_ENCODE_PARALLELISM,
           value_parser = |s: &str| match s.parse::<usize>() {
-              Ok(n) if (1..=crate::coordinator_config::MAX_ENCODE_PARALLEL).contains(&n) => Ok(n),
+              Ok(n) if (1..=crate::config::coordinator_config::MAX_ENCODE_PARALLEL).contains(&n) => Ok(n),
               _ => Err(format!("`{s}` is not a number of legs within 1..={}",
-                               crate::coordinator_config::MAX_ENCODE_PARALLEL)),
+                               crate::config::coordinator_config::MAX_ENCODE_PARALLEL)),
           })]
     pub encode_max_parallel: usize,
     /// Idle keep-alive connections kept per upstream host (engines or routers).
-    #[arg(long, default_value_t = crate::upstream::DEFAULT_MAX_IDLE_PER_HOST)]
+    #[arg(long, default_value_t = crate::dispatch::upstream::DEFAULT_MAX_IDLE_PER_HOST)]
     pub upstream_max_idle_per_host: usize,
     /// How long an idle upstream connection is kept, ms.
     #[arg(long, default_value_t = pdgate_fleet::scrape::client::DEFAULT_POOL_IDLE_TIMEOUT.as_millis() as u64,
@@ -131,7 +131,7 @@ pub struct ServeArgs {
     #[command(flatten)]
     pub pre_steps: crate::pre_steps::PreStepArgs,
     /// llm-d's coordinator YAML (server, gateway, pipeline): run as that coordinator
-    /// (`crate::coordinator_config`); its settings replace the flags they map to, which may
+    /// (`crate::config::coordinator_config`); its settings replace the flags they map to, which may
     /// then not be given too. `COORDINATOR_*` environment variables override it.
     #[arg(long, conflicts_with_all = [
         "config", "host", "port", "prefill_router", "decode_router", "encode_router",
@@ -155,12 +155,14 @@ pub struct ServeArgs {
 /// shows them.
 pub fn load_coordinator_config(
     path: &std::path::Path,
-) -> anyhow::Result<crate::coordinator_config::CoordinatorConfig> {
+) -> anyhow::Result<crate::config::coordinator_config::CoordinatorConfig> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    crate::coordinator_config::CoordinatorConfig::load(&text, &path.display().to_string(), &|k| {
-        std::env::var(k).ok()
-    })
+    crate::config::coordinator_config::CoordinatorConfig::load(
+        &text,
+        &path.display().to_string(),
+        &|k| std::env::var(k).ok(),
+    )
     .map_err(|all| anyhow::anyhow!("invalid coordinator config:\n{all}"))
 }
 
@@ -212,7 +214,7 @@ pub async fn run(mut args: ServeArgs) -> anyhow::Result<()> {
         connector: args.ec_connector,
         parallelism: args.encode_max_parallel,
     };
-    opts.upstream_pool = crate::upstream::PoolSettings {
+    opts.upstream_pool = crate::dispatch::upstream::PoolSettings {
         max_idle_per_host: args.upstream_max_idle_per_host,
         idle_timeout: Duration::from_millis(args.upstream_idle_timeout_ms),
     };
@@ -260,7 +262,7 @@ pub async fn run(mut args: ServeArgs) -> anyhow::Result<()> {
         .threads
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
         .max(1);
-    let bound = crate::threads::spawn_server_threads(addr, threads, &state)
+    let bound = crate::ingress::threads::spawn_server_threads(addr, threads, &state)
         .with_context(|| format!("binding {addr}"))?;
     tracing::info!(addr = %bound, threads, "pdgate serve listening");
     eprintln!("pdgate serve listening on http://{bound} ({threads} server threads)");

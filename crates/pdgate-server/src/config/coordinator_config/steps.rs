@@ -74,7 +74,7 @@ pub struct Render {
 }
 
 /// The `render` step's settings, checked, llm-d's defaults filled in; they map onto the
-/// `--render-*` flags of `pdgate serve` ([`crate::render_step`]).
+/// `--render-*` flags of `pdgate serve` ([`crate::pre_steps::render_step`]).
 #[derive(Debug, Clone, PartialEq)]
 pub struct RenderSettings {
     /// The render service, `host:port`.
@@ -98,7 +98,7 @@ impl Render {
     /// address that is not `http://host[:port]`, a bad duration, a negative number; each
     /// naming the parameter.
     pub fn settings(&self) -> Result<RenderSettings, String> {
-        use crate::render_step as d;
+        use crate::pre_steps::render_step as d;
         let address = match self.address.as_deref() {
             Some(a) if !a.trim().is_empty() => super::parse::upstream_address(a.trim(), "render service")
                 .map_err(|m| format!("address: {m}"))?,
@@ -139,7 +139,7 @@ impl Render {
 }
 
 /// The `replace-media-urls` step's settings, checked, llm-d's defaults filled in; they map
-/// onto the `--replace-media-urls` and `--media-*` flags ([`crate::media_urls`]).
+/// onto the `--replace-media-urls` and `--media-*` flags ([`crate::pre_steps::media_urls`]).
 #[derive(Debug, Clone, PartialEq)]
 pub struct MediaSettings {
     /// Per download (zero: none).
@@ -163,7 +163,7 @@ impl ReplaceMediaUrls {
     /// `max_download_size` not positive (or over pdgate's bounds), a negative
     /// `max_multimodal_entries`.
     pub fn settings(&self) -> Result<MediaSettings, String> {
-        use crate::media_urls as d;
+        use crate::pre_steps::media_urls as d;
         let download_timeout = match &self.download_timeout {
             None => std::time::Duration::from_millis(d::DEFAULT_DOWNLOAD_TIMEOUT_MS),
             Some(t) => pdgate_scheduler::flow::duration::parse(t)
@@ -199,7 +199,7 @@ impl ReplaceMediaUrls {
         };
         let allowed_domains = (self.allowed_domains.iter().flatten().enumerate())
             .map(|(i, d)| {
-                crate::media_urls::allowed_domain(d)
+                crate::pre_steps::media_urls::allowed_domain(d)
                     .map_err(|m| format!("allowed_domains[{i}]: {m}"))
             })
             .collect::<Result<Vec<String>, String>>()?;

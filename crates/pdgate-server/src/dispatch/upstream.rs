@@ -3,8 +3,8 @@
 //! Used by both dispatchers (engines and per-role routers) and by a coordinator's
 //! `/v1/models`.
 
-use crate::leg_body::LegBody;
-use crate::timeouts::LegTimeouts;
+use crate::dispatch::leg_body::LegBody;
+use crate::dispatch::timeouts::LegTimeouts;
 use bytes::Bytes;
 use http::{HeaderMap, Method, Request};
 use http_body_util::{BodyExt, Full};
@@ -107,7 +107,9 @@ impl Upstream {
         };
         let (parts, body) = head.into_parts();
         let body = if t.streamed {
-            let deadline = t.total.map(|d| crate::leg_body::after(started, d));
+            let deadline = t
+                .total
+                .map(|d| crate::dispatch::leg_body::after(started, d));
             LegBody::streamed(body, t.body, deadline)
         } else {
             let left = t.total.map(|d| d.saturating_sub(started.elapsed()));

@@ -16,7 +16,7 @@ fn zero_timeouts_mean_none_as_in_go() {
     .unwrap();
     let mut args = Cli::parse_from(["pdgate"]).serve;
     c.apply(&mut args);
-    let year = crate::resilience_args::MAX_TIMEOUT_SECS;
+    let year = crate::config::resilience_args::MAX_TIMEOUT_SECS;
     assert_eq!(args.client_limits.client_body_timeout_ms, year * 1000);
     assert_eq!(args.resilience.leg_deadline_secs, year);
     assert_eq!(args.resilience.stream_total_timeout_secs, None);

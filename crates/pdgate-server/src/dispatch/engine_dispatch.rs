@@ -7,11 +7,11 @@
 
 use crate::app::AppState;
 use crate::breaker::{Admission, Outcome};
-use crate::ctx::{RequestContext, Slot};
+use crate::dispatch::ctx::{RequestContext, Slot};
+use crate::dispatch::leg_body::LegBody;
+use crate::dispatch::leg_send;
 use crate::errors::ApiError;
 use crate::failure::{self, BreakerEffect, ClientSees, LegEvent};
-use crate::leg_body::LegBody;
-use crate::leg_send;
 use bytes::Bytes;
 use http::{HeaderName, HeaderValue};
 use pdgate_api::{headers, InferenceRequest, Phase, PromptInput};
@@ -279,7 +279,7 @@ impl<'a> EngineDispatch<'a> {
         result.map_err(|e| e.unavailable(unavailable))
     }
 
-    fn timeouts(&self, phase: Phase) -> crate::timeouts::LegTimeouts {
+    fn timeouts(&self, phase: Phase) -> crate::dispatch::timeouts::LegTimeouts {
         leg_send::timeouts_for(self.state, self.req, phase)
     }
 }

@@ -19,7 +19,7 @@
 //! its status (`render rejected the request: HTTP 4xx`), anything else is a 502; no answer
 //! within the timeout is a 504.
 
-use crate::upstream::{PoolSettings, Upstream};
+use crate::dispatch::upstream::{PoolSettings, Upstream};
 use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, Method};
 use pdgate_api::request_fields::RENDERED_TOKENS_FIELD as TOKENS_FIELD;
@@ -230,7 +230,7 @@ impl RenderStep {
             HeaderValue::from_static("application/json"),
         );
         h.insert(pdgate_api::headers::REQUEST_ID, request_id.clone());
-        let t = crate::timeouts::LegTimeouts {
+        let t = crate::dispatch::timeouts::LegTimeouts {
             streamed: false,
             head: self.timeout,
             body: self.timeout,

@@ -1,14 +1,17 @@
 //! The coordinator steps that change a request before any leg runs, in llm-d's order:
-//! `replace-media-urls` ([`crate::media_urls`]) then `render` ([`crate::render_step`]). They run on a
+//! `replace-media-urls` ([`crate::pre_steps::media_urls`]) then `render` ([`crate::pre_steps::render_step`]). They run on a
 //! client's request (never on a phase leg a coordinator sends to this router), on the
 //! router that receives it, whether it schedules itself or coordinates per-role routers.
 //! Each is counted in `pdgate_pre_steps_total{step, outcome}` (`changed`, `unchanged`,
 //! `failed`). A failure answers the request with the step's status.
 
+pub mod media_urls;
+pub mod render_step;
+
 use crate::app::AppState;
 use crate::errors::ApiError;
-use crate::media_urls::{MediaUrlArgs, MediaUrlSettings};
-use crate::render_step::{RenderArgs, RenderStep};
+use crate::pre_steps::media_urls::{MediaUrlArgs, MediaUrlSettings};
+use crate::pre_steps::render_step::{RenderArgs, RenderStep};
 use bytes::Bytes;
 use http::HeaderValue;
 use pdgate_api::InferenceRequest;
@@ -77,7 +80,8 @@ impl PreSteps {
                     message,
                 });
             }
-            let outcome = crate::media_urls::replace_media_urls(media, req.body.bytes()).await;
+            let outcome =
+                crate::pre_steps::media_urls::replace_media_urls(media, req.body.bytes()).await;
             let outcome = outcome.map_err(|e| (e.status(), e.to_string()));
             apply(state, "replace-media-urls", req, outcome).await?;
         }
@@ -111,7 +115,7 @@ async fn apply(
     match outcome {
         Ok(None) => Ok(()),
         Ok(Some(body)) => {
-            *req = crate::client_body::parse(req.kind, body).await?;
+            *req = crate::ingress::client_body::parse(req.kind, body).await?;
             Ok(())
         }
         Err((status, message)) => Err(ApiError::Step {

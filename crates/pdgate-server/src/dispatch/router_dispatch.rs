@@ -5,10 +5,10 @@
 //! request's [`RequestContext`].
 
 use crate::app::AppState;
-use crate::ctx::{RequestContext, Slot};
+use crate::dispatch::ctx::{RequestContext, Slot};
+use crate::dispatch::leg_body::LegBody;
+use crate::dispatch::leg_send;
 use crate::failure::{self, LegEvent};
-use crate::leg_body::LegBody;
-use crate::leg_send;
 use bytes::Bytes;
 use http::HeaderValue;
 use pdgate_api::{headers, InferenceRequest, Phase};
@@ -91,7 +91,7 @@ impl Dispatcher for RouterDispatch<'_> {
                 r.served = result
                     .as_ref()
                     .ok()
-                    .and_then(|resp| crate::served::named_by_router(&resp.headers, slot));
+                    .and_then(|resp| crate::dispatch::served::named_by_router(&resp.headers, slot));
             });
         }
         // A router that cannot be reached makes its phase unavailable (the prefill policy

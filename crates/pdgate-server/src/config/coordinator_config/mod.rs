@@ -44,7 +44,7 @@ mod parse;
 pub mod raw;
 pub mod steps;
 
-use crate::args::ServeArgs;
+use crate::config::args::ServeArgs;
 use build::{build, Key};
 use parse::{key_line, set_from_env, step_line};
 use pdgate_coordinator::KvConnector;
@@ -178,7 +178,7 @@ pub fn log_filter_of_file(path: &std::path::Path) -> Option<&'static str> {
     let level = match std::env::var("COORDINATOR_LOG_LEVEL") {
         Ok(v) if !v.is_empty() => v.trim().parse().ok()?,
         _ => {
-            let text = crate::args::read_config_file(path).ok()?;
+            let text = crate::config::args::read_config_file(path).ok()?;
             let raw: RawFile = serde_yaml_ng::from_str(&text).ok()?;
             raw.log_level.unwrap_or(defaults::LOG_LEVEL)
         }
@@ -260,7 +260,7 @@ impl CoordinatorConfig {
     pub fn apply(&self, args: &mut ServeArgs) {
         // Go reads a zero timeout as "none": the flags' largest value (one year). A positive
         // one is rounded up to its flag's unit, so that it never becomes zero ("none").
-        let max_secs = crate::resilience_args::MAX_TIMEOUT_SECS;
+        let max_secs = crate::config::resilience_args::MAX_TIMEOUT_SECS;
         let ms = |d: Duration| match units_up(d, Duration::from_millis(1), max_secs * 1000) {
             0 => max_secs * 1000,
             n => n,

@@ -3,9 +3,9 @@
 //! `pdgate_upstream_failures_total`).
 
 use crate::app::AppState;
+use crate::dispatch::leg_body::{LegBody, LegBodyError};
+use crate::dispatch::timeouts::LegTimeouts;
 use crate::failure;
-use crate::leg_body::{LegBody, LegBodyError};
-use crate::timeouts::LegTimeouts;
 use bytes::Bytes;
 use http::Method;
 use http_body_util::BodyExt;
@@ -23,7 +23,7 @@ pub fn timeouts_for(state: &AppState, req: &InferenceRequest, phase: Phase) -> L
 
 /// Sends `leg` (POST, JSON) to its target within `t`, and counts it.
 ///
-/// Errors: as [`crate::upstream::Upstream::send`].
+/// Errors: as [`crate::dispatch::upstream::Upstream::send`].
 pub async fn send(
     state: &AppState,
     leg: &PhaseRequest,
@@ -45,7 +45,7 @@ pub async fn send(
             headers,
             leg.body.clone(),
             t,
-            crate::upstream::MAX_ANSWER_BYTES,
+            crate::dispatch::upstream::MAX_ANSWER_BYTES,
         )
         .await;
     let phase = leg.phase.as_str();

@@ -1,15 +1,15 @@
 //! The inference handlers: ingress → scheduling (or, as a coordinator of per-role routers,
-//! a plan naming them) → [`crate::forward`] (design.md §2).
+//! a plan naming them) → [`crate::respond::forward`] (design.md §2).
 
 use crate::app::AppState;
-use crate::client_body;
-use crate::ctx::RequestContext;
-use crate::engine_dispatch::{self, EngineDispatch};
+use crate::dispatch::ctx::RequestContext;
+use crate::dispatch::engine_dispatch::{self, EngineDispatch};
+use crate::dispatch::router_dispatch::RouterDispatch;
 use crate::errors::ApiError;
-use crate::forward;
 use crate::header_scan::HeaderNames;
+use crate::ingress::client_body;
 use crate::request_ids::{decision_id, request_id};
-use crate::router_dispatch::RouterDispatch;
+use crate::respond::forward;
 use axum::body::Body;
 use axum::response::Response;
 use http::{HeaderMap, HeaderValue, StatusCode};
@@ -335,7 +335,8 @@ async fn plan_router(
             return Err(ApiError::dropped(pdgate_scheduler::flow::Outcome::EvictedInFlight, false));
         }
     };
-    let sse = crate::forward::is_event_stream(response.headers()).then_some(req.kind.sse_form());
+    let sse =
+        crate::respond::forward::is_event_stream(response.headers()).then_some(req.kind.sse_form());
     let response =
         response.map(|b| Body::new(crate::flow_eviction::EvictableBody::new(b, ticket, sse)));
     Ok(crate::flow_programs::metered(response, program))
