@@ -83,7 +83,8 @@ pub async fn run(args: EppArgs) -> anyhow::Result<()> {
              --secure-serving=false and point the Gateway at it without TLS"
         );
     }
-    let scheduler = pdgate_server::args::load_scheduler(args.config_file.as_ref())?;
+    let scheduler =
+        pdgate_server::args::load_scheduler(args.config_file.as_ref(), "--config-file")?;
     let endpoints = args
         .discovery
         .source()?

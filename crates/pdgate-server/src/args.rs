@@ -9,7 +9,7 @@ use pdgate_coordinator::header_rules::ForwardRules;
 use pdgate_coordinator::{EcConnector, KvConnector};
 use pdgate_fleet::endpoints_file::check_address;
 use pdgate_fleet::EndpointSource;
-use pdgate_scheduler::{Scheduler, DEFAULT_CONFIG_YAML};
+use pdgate_scheduler::{ConfigError, Scheduler, DEFAULT_CONFIG_YAML};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -142,39 +142,56 @@ pub struct ServeArgs {
     pub coordinator_config: Option<PathBuf>,
 }
 
-/// The text of a config file: a regular file of at most
-/// [`pdgate_fleet::file_read::MAX_CONFIG_FILE_BYTES`] (so `/dev/zero` or a FIFO cannot eat
-/// memory or hang the start).
+/// The text of a config file (EndpointPickerConfig or coordinator file), safe to parse: a
+/// regular file of at most [`pdgate_fleet::file_read::MAX_CONFIG_FILE_BYTES`] (so `/dev/zero`
+/// or a FIFO cannot eat memory or hang the start), nested at most
+/// [`pdgate_fleet::file_read::MAX_NESTING`] levels (the YAML parser's time grows with the
+/// square of the depth). Every front end reads its config files here (`serve --config`,
+/// `serve --coordinator-config`, `epp --config-file`, `check-config`).
 ///
-/// Errors: a message naming the path and the problem.
-pub fn read_config_file(path: &std::path::Path) -> anyhow::Result<String> {
-    pdgate_fleet::file_read::read_regular_file(path, pdgate_fleet::file_read::MAX_CONFIG_FILE_BYTES)
-        .map_err(|e| anyhow::anyhow!("reading {}: {e}", path.display()))
+/// Errors: one [`ConfigError`] naming the path: `cannot read the file: …`, or the line nested
+/// too deep.
+pub fn read_config_file(path: &std::path::Path) -> Result<String, ConfigError> {
+    use pdgate_fleet::file_read::{nesting_error, read_regular_file, MAX_CONFIG_FILE_BYTES};
+    let err = |line: Option<usize>, message: String| ConfigError {
+        source_name: path.display().to_string(),
+        line,
+        plugin: None,
+        message,
+    };
+    let text = read_regular_file(path, MAX_CONFIG_FILE_BYTES)
+        .map_err(|e| err(None, format!("cannot read the file: {e}")))?;
+    match nesting_error(&text) {
+        Some((line, message)) => Err(err(Some(line), message)),
+        None => Ok(text),
+    }
 }
 
-/// Loads llm-d's coordinator YAML at `path`, with `COORDINATOR_*` environment overrides.
+/// Loads llm-d's coordinator YAML at `path` (`--coordinator-config`), with `COORDINATOR_*`
+/// environment overrides.
 ///
-/// Errors: the file cannot be read, or every problem found, one per line as `check-config`
-/// shows them.
+/// Errors: the file cannot be read or nests too deep ([`read_config_file`], naming the flag),
+/// or every problem found, one per line as `check-config` shows them.
 pub fn load_coordinator_config(
     path: &std::path::Path,
 ) -> anyhow::Result<crate::coordinator_config::CoordinatorConfig> {
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let text = read_config_file(path).map_err(|e| anyhow::anyhow!("--coordinator-config: {e}"))?;
     crate::coordinator_config::CoordinatorConfig::load(&text, &path.display().to_string(), &|k| {
         std::env::var(k).ok()
     })
     .map_err(|all| anyhow::anyhow!("invalid coordinator config:\n{all}"))
 }
 
-/// Loads the scheduler config named by `path`, or the built-in default.
+/// Loads the scheduler config named by `path` (given with the flag `flag`, named in read
+/// errors), or the built-in default.
 ///
-/// Errors: the file cannot be read, or the config is invalid — then every error is listed,
-/// one per line, as `check-config` shows them.
-pub fn load_scheduler(path: Option<&PathBuf>) -> anyhow::Result<Scheduler> {
+/// Errors: the file cannot be read or nests too deep ([`read_config_file`], naming `flag`),
+/// or the config is invalid — then every error is listed, one per line, as `check-config`
+/// shows them.
+pub fn load_scheduler(path: Option<&PathBuf>, flag: &str) -> anyhow::Result<Scheduler> {
     match path {
         Some(p) => {
-            let text = read_config_file(p)?;
+            let text = read_config_file(p).map_err(|e| anyhow::anyhow!("{flag}: {e}"))?;
             let source = p.display().to_string();
             Scheduler::from_yaml(&text, &source).map_err(|first| {
                 match pdgate_scheduler::config::check(&text, &source) {
@@ -207,7 +224,7 @@ pub async fn run(mut args: ServeArgs) -> anyhow::Result<()> {
             "coordinator config loaded"
         );
     }
-    let scheduler = load_scheduler(args.config.as_ref())?;
+    let scheduler = load_scheduler(args.config.as_ref(), "--config")?;
     if args.print_config {
         print!("{}", scheduler.effective_config_yaml());
         return Ok(());
