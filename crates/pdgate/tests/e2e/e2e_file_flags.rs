@@ -261,6 +261,13 @@ fn a_tokenizer_path_to_dev_zero_or_a_fifo_is_refused_naming_the_key() {
     assert_refused(&r, &format!("error: {want}"));
     let r = run(&refs(&epp(&["--config-file", p])), LIMIT);
     assert_refused(&r, &format!("error: {want}"));
+    // `check-config` checks the config, not the machine it runs on (a config is often checked
+    // away from the model files): it does not open the tokenizer, so it neither reads
+    // /dev/zero nor waits, and accepts the config.
+    let r = run(&["check-config", p], LIMIT);
+    assert_eq!(r.code, Some(0), "{}", r.stderr);
+    assert!(r.stdout.contains("tokenizer: /dev/zero"), "{}", r.stdout);
+    assert!(r.took < LIMIT, "took {:?}", r.took);
     let fifo = Fifo::new("tokenizer");
     let f = tokenizer_config(fifo.path());
     let p = f.path().to_str().unwrap();
