@@ -438,3 +438,36 @@ impl Metrics {
         out
     }
 }
+
+/// Appends the fleet's own counters (`pdgate_fleet::registry::FleetCounters`) to a text
+/// exposition, for both fronts' `/metrics`:
+/// `pdgate_endpoint_unready_total` (endpoints taken out of the candidates after
+/// consecutive unanswered scrapes), `pdgate_endpoint_ready_again_total` (back on an
+/// answered scrape), `pdgate_models_answers_refused_total` (engine `/v1/models` answers over
+/// a bound).
+pub fn render_fleet_counters(c: &pdgate_fleet::registry::FleetCounters, out: &mut Vec<u8>) {
+    use std::io::Write;
+    let rows = [
+        (
+            "pdgate_endpoint_unready_total",
+            "Endpoints taken out of the candidates after consecutive unanswered scrapes",
+            c.unready_total(),
+        ),
+        (
+            "pdgate_endpoint_ready_again_total",
+            "Endpoints back among the candidates on an answered scrape",
+            c.ready_again_total(),
+        ),
+        (
+            "pdgate_models_answers_refused_total",
+            "Engine /v1/models answers refused for being over a bound",
+            c.models_refused_total(),
+        ),
+    ];
+    for (name, help, value) in rows {
+        let _ = write!(
+            out,
+            "# HELP {name} {help}\n# TYPE {name} counter\n{name} {value}\n"
+        );
+    }
+}

@@ -93,7 +93,8 @@ pub async fn run(args: EppArgs) -> anyhow::Result<()> {
              --secure-serving=false and point the Gateway at it without TLS"
         );
     }
-    let scheduler = pdgate_core::startup::load_scheduler(args.config_file.as_ref())?;
+    let scheduler =
+        pdgate_core::startup::load_scheduler(args.config_file.as_ref(), "--config-file")?;
     let endpoints = args
         .discovery
         .source()?
@@ -181,6 +182,7 @@ async fn serve_metrics(epp: Arc<Epp>, listener: tokio::net::TcpListener) -> std:
                 epp.metrics
                     .refresh(&epp.scheduler, &epp.registry.snapshot());
                 let mut text = epp.metrics.render();
+                pdgate_core::metrics::render_fleet_counters(epp.registry.counters(), &mut text);
                 if let Some(feed) = &epp.kv_feed {
                     feed.render_metrics(&mut text);
                 }

@@ -3,8 +3,9 @@
 //!
 //! - [`discovery`]: where endpoint lists come from (flags, the endpoints file, Kubernetes, any
 //!   [`source::EndpointWatcher`]) and [`discovery::start`], which applies them.
-//! - [`registry`]: the [`registry::EndpointRegistry`] — the current scheduler snapshot and the
-//!   per-endpoint load cells that outlive snapshots (bookings, scraped gauges, models).
+//! - [`registry`]: the [`registry::EndpointRegistry`] — the current scheduler snapshot (with
+//!   endpoints whose `/metrics` goes unanswered out of the candidates) and the per-endpoint
+//!   load cells that outlive snapshots (bookings, scraped gauges, models).
 //! - [`endpoints_file`]: the endpoints file and `--endpoint` flag formats and their checks.
 //! - [`kube`]: Kubernetes discovery — an `InferencePool` (or a plain pod label selector) and
 //!   the pods it selects, watched through kube-rs.

@@ -28,18 +28,21 @@ pub struct SubscriptionManager {
     metrics: Arc<KvEventMetrics>,
     queue_capacity: usize,
     replay_timeout: Duration,
+    max_message_bytes: usize,
     running: Mutex<HashMap<String, (Subscription, SubscriberHandle)>>,
 }
 
 impl SubscriptionManager {
     /// A manager feeding `sink` and counting into `metrics`, with the subscriber defaults
-    /// ([`subscriber::DEFAULT_QUEUE_CAPACITY`], [`subscriber::DEFAULT_REPLAY_TIMEOUT`]).
+    /// ([`subscriber::DEFAULT_QUEUE_CAPACITY`], [`subscriber::DEFAULT_REPLAY_TIMEOUT`],
+    /// [`subscriber::DEFAULT_MAX_MESSAGE_BYTES`]).
     pub fn new(sink: Arc<dyn KvEventSink>, metrics: Arc<KvEventMetrics>) -> Self {
         Self {
             sink,
             metrics,
             queue_capacity: subscriber::DEFAULT_QUEUE_CAPACITY,
             replay_timeout: subscriber::DEFAULT_REPLAY_TIMEOUT,
+            max_message_bytes: subscriber::DEFAULT_MAX_MESSAGE_BYTES,
             running: Mutex::new(HashMap::new()),
         }
     }
@@ -53,6 +56,14 @@ impl SubscriptionManager {
     /// Sets the replay deadline of subscribers started from now on.
     pub fn with_replay_timeout(mut self, timeout: Duration) -> Self {
         self.replay_timeout = timeout;
+        self
+    }
+
+    /// Sets the largest message (bytes, all frames) subscribers started from now on keep;
+    /// larger ones are dropped undecoded and counted
+    /// ([`crate::SubscriberConfig::max_message_bytes`]).
+    pub fn with_max_message_bytes(mut self, bytes: usize) -> Self {
+        self.max_message_bytes = bytes;
         self
     }
 
@@ -90,6 +101,7 @@ impl SubscriptionManager {
             let mut config = SubscriberConfig::new(&name, &sub.publish, sub.replay.clone());
             config.queue_capacity = self.queue_capacity;
             config.replay_timeout = self.replay_timeout;
+            config.max_message_bytes = self.max_message_bytes;
             let handle = subscriber::spawn(config, self.sink.clone(), self.metrics.clone());
             running.insert(name, (sub, handle));
         }

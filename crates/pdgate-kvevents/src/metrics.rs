@@ -43,6 +43,13 @@ kv_event_metrics! {
     pdgate_kv_events_dropped_total,
     /// Messages that failed to decode (wrong frames, malformed msgpack); handled as a gap.
     pdgate_kv_events_decode_errors_total,
+    /// Messages dropped undecoded because they were larger than the subscriber's cap
+    /// ([`crate::subscriber::SubscriberConfig::max_message_bytes`], the sum of every frame's
+    /// length in bytes): live messages from the SUB socket (then handled as a gap, or as a
+    /// disconnect when a frame alone was over the cap) and replay replies of a missed seq (a
+    /// gap's replay then fails; a history replay keeps only the run after the last over-size
+    /// reply). A message dropped live and again in a replay counts twice.
+    pdgate_kv_events_oversize_dropped_total,
     /// Seq gaps detected (missed messages).
     pdgate_kv_events_seq_gaps_total,
     /// Engine restarts detected (seq backwards or repeated).

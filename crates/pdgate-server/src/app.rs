@@ -289,6 +289,7 @@ async fn metrics(State(s): State<Arc<AppState>>) -> Response {
         .inflight_body_bytes
         .set(s.body_budget.used() as i64);
     let mut text = s.metrics.render();
+    crate::metrics::render_fleet_counters(s.registry.counters(), &mut text);
     if let Some(feed) = &s.kv_feed {
         feed.render_metrics(&mut text);
     }

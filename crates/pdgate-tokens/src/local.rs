@@ -7,6 +7,12 @@
 //! `eos_token`, `unk_token`, `pad_token`, each a string or `{"content": …}`), and
 //! `chat_template.jinja` (optional; newer transformers write the template there). An explicit
 //! template file wins over both.
+//!
+//! Every file is read through [`pdgate_fleet::file_read::read_regular_file`]: a regular file
+//! of at most [`MAX_TOKENIZER_FILE_BYTES`], [`MAX_TOKENIZER_CONFIG_BYTES`] or
+//! [`MAX_CHAT_TEMPLATE_BYTES`] (a FIFO, a device such as `/dev/zero` or a directory is refused
+//! at once, naming the config key and the path). The optional files are skipped only when
+//! they do not exist.
 
 use crate::input::PromptSource;
 use crate::template::ChatTemplate;
@@ -14,12 +20,34 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use tokenizers::Tokenizer;
 
+/// Largest `tokenizer.json` read, bytes. Real ones run to tens of MB (Gemma 3's is about
+/// 33 MB, Llama 4's 28 MB, Llama 3's 9 MB); parsing one takes a few times its size.
+pub const MAX_TOKENIZER_FILE_BYTES: u64 = 128 << 20;
+
+/// Largest `tokenizer_config.json` read, bytes (real ones: a few KB, about 1 MB with a large
+/// `added_tokens_decoder`).
+pub const MAX_TOKENIZER_CONFIG_BYTES: u64 = 16 << 20;
+
+/// Largest chat template file read (`chat_template.jinja`, `local.chatTemplate`), bytes (real
+/// ones: a few KB).
+pub const MAX_CHAT_TEMPLATE_BYTES: u64 = 1 << 20;
+
+/// The `token-producer` key naming the tokenizer (and the directory the other files are
+/// looked up in).
+const TOKENIZER_KEY: &str = "local.tokenizer";
+
+/// The `token-producer` key naming an explicit chat template file.
+const CHAT_TEMPLATE_KEY: &str = "local.chatTemplate";
+
 /// A file of the local backend that could not be read or understood.
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
-    /// Could not read or parse `path`.
-    #[error("{path}: {message}")]
+    /// Could not read or parse `path`, named by the config key `key`.
+    #[error("{key}: {path}: {message}")]
     File {
+        /// The `token-producer` parameter that led to the file: `local.tokenizer` (the
+        /// tokenizer and the files found beside it) or `local.chatTemplate`.
+        key: &'static str,
         /// The file.
         path: PathBuf,
         /// What went wrong.
@@ -27,10 +55,24 @@ pub enum LoadError {
     },
 }
 
-fn file_error(path: &Path, message: impl ToString) -> LoadError {
+fn file_error(key: &'static str, path: &Path, message: impl ToString) -> LoadError {
     LoadError::File {
+        key,
         path: path.to_path_buf(),
         message: message.to_string(),
+    }
+}
+
+/// The text of `path` (named by `key`), a regular file of at most `max` bytes.
+fn read(key: &'static str, path: &Path, max: u64) -> Result<String, LoadError> {
+    pdgate_fleet::file_read::read_regular_file(path, max).map_err(|e| file_error(key, path, e))
+}
+
+/// [`read`] for a file that may be absent: `None` when nothing is at `path`.
+fn read_optional(key: &'static str, path: &Path, max: u64) -> Result<Option<String>, LoadError> {
+    match path.try_exists() {
+        Ok(false) => Ok(None),
+        _ => read(key, path, max).map(Some),
     }
 }
 
@@ -69,12 +111,16 @@ impl LocalTokenizer {
                 tokenizer.to_path_buf(),
             ),
         };
-        let tok = Tokenizer::from_file(&json).map_err(|e| file_error(&json, e))?;
+        let tok: Tokenizer = read(TOKENIZER_KEY, &json, MAX_TOKENIZER_FILE_BYTES)?
+            .parse()
+            .map_err(|e| file_error(TOKENIZER_KEY, &json, e))?;
         let config_path = dir.join("tokenizer_config.json");
-        let config: serde_json::Value = match std::fs::read_to_string(&config_path) {
-            Ok(text) => serde_json::from_str(&text).map_err(|e| file_error(&config_path, e))?,
-            Err(_) => serde_json::Value::Null,
-        };
+        let config: serde_json::Value =
+            match read_optional(TOKENIZER_KEY, &config_path, MAX_TOKENIZER_CONFIG_BYTES)? {
+                Some(text) => serde_json::from_str(&text)
+                    .map_err(|e| file_error(TOKENIZER_KEY, &config_path, e))?,
+                None => serde_json::Value::Null,
+            };
         let special: BTreeMap<String, String> =
             ["bos_token", "eos_token", "unk_token", "pad_token"]
                 .into_iter()
@@ -85,20 +131,27 @@ impl LocalTokenizer {
                 })
                 .collect();
         let jinja = dir.join("chat_template.jinja");
-        let source = match chat_template {
-            Some(p) => Some((
-                p.to_path_buf(),
-                std::fs::read_to_string(p).map_err(|e| file_error(p, e))?,
-            )),
-            None => match std::fs::read_to_string(&jinja) {
-                Ok(text) => Some((jinja, text)),
-                Err(_) => config_template(&config["chat_template"]).map(|t| (config_path, t)),
+        let (template_key, source) = match chat_template {
+            Some(p) => (
+                CHAT_TEMPLATE_KEY,
+                Some((
+                    p.to_path_buf(),
+                    read(CHAT_TEMPLATE_KEY, p, MAX_CHAT_TEMPLATE_BYTES)?,
+                )),
+            ),
+            None => match read_optional(TOKENIZER_KEY, &jinja, MAX_CHAT_TEMPLATE_BYTES)? {
+                Some(text) => (TOKENIZER_KEY, Some((jinja, text))),
+                None => (
+                    TOKENIZER_KEY,
+                    config_template(&config["chat_template"]).map(|t| (config_path, t)),
+                ),
             },
         };
         let template = match source {
-            Some((path, text)) => {
-                Some(ChatTemplate::new(&text, special).map_err(|e| file_error(&path, e))?)
-            }
+            Some((path, text)) => Some(
+                ChatTemplate::new(&text, special)
+                    .map_err(|e| file_error(template_key, &path, e))?,
+            ),
             None => None,
         };
         Ok(LocalTokenizer {

@@ -83,20 +83,60 @@ fn template_file_wins_over_the_config_and_jinja_file_over_config() {
 }
 
 #[test]
-fn load_errors_name_the_file() {
+fn load_errors_name_the_key_and_the_file() {
     let dir = common::temp_dir("missing");
     let err = LocalTokenizer::load(&dir, None).unwrap_err().to_string();
-    assert!(
-        err.starts_with(&dir.join("tokenizer.json").display().to_string()),
-        "{err}"
+    let want = format!(
+        "local.tokenizer: {}: ",
+        dir.join("tokenizer.json").display()
     );
+    assert!(err.starts_with(&want), "{err}");
     let dir = common::model_dir("badtemplate");
     let bad = dir.join("bad.jinja");
     std::fs::write(&bad, "{% for %}").unwrap();
     let err = LocalTokenizer::load(&dir, Some(&bad))
         .unwrap_err()
         .to_string();
-    assert!(err.starts_with(&bad.display().to_string()), "{err}");
+    let want = format!("local.chatTemplate: {}: ", bad.display());
+    assert!(err.starts_with(&want), "{err}");
+}
+
+/// Issue 26: a device or a FIFO given as (or found as) a tokenizer file is refused at once,
+/// never read to the end or waited on.
+#[test]
+fn special_files_are_refused_naming_the_key() {
+    let t = std::time::Instant::now();
+    let err = LocalTokenizer::load(std::path::Path::new("/dev/zero"), None)
+        .unwrap_err()
+        .to_string();
+    assert_eq!(err, "local.tokenizer: /dev/zero: not a regular file");
+    let dir = common::model_dir("fifo");
+    let fifo = dir.join("chat_template.jinja");
+    let made = std::process::Command::new("mkfifo").arg(&fifo).status();
+    assert!(made.unwrap().success());
+    let err = LocalTokenizer::load(&dir, None).unwrap_err().to_string();
+    assert_eq!(
+        err,
+        format!("local.tokenizer: {}: not a regular file", fifo.display())
+    );
+    let err = LocalTokenizer::load(&dir, Some(&fifo))
+        .unwrap_err()
+        .to_string();
+    assert_eq!(
+        err,
+        format!("local.chatTemplate: {}: not a regular file", fifo.display())
+    );
+    std::fs::remove_file(&fifo).unwrap();
+    let config = dir.join("tokenizer_config.json");
+    std::fs::remove_file(&config).unwrap();
+    std::os::unix::fs::symlink("/dev/zero", &config).unwrap();
+    let err = LocalTokenizer::load(&dir, None).unwrap_err().to_string();
+    assert_eq!(
+        err,
+        format!("local.tokenizer: {}: not a regular file", config.display())
+    );
+    assert!(t.elapsed() < std::time::Duration::from_secs(5));
+    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[tokio::test]

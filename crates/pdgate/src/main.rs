@@ -108,7 +108,9 @@ fn main() -> std::process::ExitCode {
 
 /// `check-config FILE`: prints the effective config (llm-d defaults injected) to stdout and
 /// succeeds, or prints every error (`<file>: line L: plugin `name` (type `t`): message`, one
-/// per line) and then `N error(s)` to stderr and fails. An unreadable file is one error.
+/// per line) and then `N error(s)` to stderr and fails. A file that cannot be read (not a
+/// regular file, too large) or nests too deep to parse is one error
+/// ([`pdgate_core::startup::read_config_file`]).
 fn check_config(file: &std::path::Path) -> std::process::ExitCode {
     use pdgate_scheduler::config::{self, ConfigErrors};
     use std::io::Write;
@@ -122,12 +124,8 @@ fn check_config(file: &std::path::Path) -> std::process::ExitCode {
             .map(|c| c.effective_yaml())
         }
         Ok(text) => config::check(&text, &name),
-        Err(e) => Err(ConfigErrors(vec![pdgate_scheduler::ConfigError {
-            source_name: name,
-            line: None,
-            plugin: None,
-            message: format!("cannot read the file: {e:#}"),
-        }])),
+        // Not a regular file, too large, or nested too deep to parse (with its line).
+        Err(e) => Err(ConfigErrors(vec![e])),
     };
     match checked {
         Ok(yaml) => {

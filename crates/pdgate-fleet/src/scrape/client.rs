@@ -8,9 +8,31 @@ use hyper_util::client::legacy::{connect::HttpConnector, Client};
 use hyper_util::rt::TokioExecutor;
 use std::time::Duration;
 
-/// Largest `/metrics` or `/v1/models` read from an engine, bytes (a vLLM `/metrics` is about
-/// 100 KB).
+/// Largest `/metrics` read from an engine, bytes (a vLLM `/metrics` is about 100 KB). Its
+/// `/v1/models` is read within [`super::models::MAX_MODELS_BYTES`].
 pub const MAX_SCRAPE_BYTES: usize = 8 << 20;
+
+/// Why a scrape `GET` failed, as far as the engine's health is concerned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GetError {
+    /// No HTTP answer: the connection failed or closed, or the timeout passed, before a
+    /// response head arrived (an unusable address also lands here). Only this counts towards
+    /// taking an endpoint out of the candidates ([`super::health::UNREADY_AFTER`]).
+    NoAnswer(String),
+    /// A head arrived but not the whole body (broken, or timed out while reading it).
+    Body(String),
+    /// The body is longer than the limit of the read, bytes.
+    OverLimit(usize),
+}
+
+impl std::fmt::Display for GetError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            GetError::NoAnswer(m) | GetError::Body(m) => f.write_str(m),
+            GetError::OverLimit(limit) => write!(f, "answer over {limit} bytes"),
+        }
+    }
+}
 
 /// Keep-alive HTTP/1.1 client for engine scrapes.
 #[derive(Clone)]
@@ -63,27 +85,53 @@ impl ScrapeClient {
         path: &str,
         timeout: Duration,
     ) -> Result<(u16, Bytes), String> {
+        (self
+            .get_limited(address, path, timeout, MAX_SCRAPE_BYTES)
+            .await)
+            .map_err(|e| e.to_string())
+    }
+
+    /// [`Self::get`] with a body of at most `max_bytes`, and errors that tell an engine that
+    /// did not answer from one whose answer was unusable.
+    ///
+    /// Errors: [`GetError`], whose message names what failed.
+    pub async fn get_limited(
+        &self,
+        address: &str,
+        path: &str,
+        timeout: Duration,
+        max_bytes: usize,
+    ) -> Result<(u16, Bytes), GetError> {
         let uri: http::Uri = format!("http://{address}{path}")
             .parse()
-            .map_err(|e: http::uri::InvalidUri| e.to_string())?;
+            .map_err(|e: http::uri::InvalidUri| GetError::NoAnswer(e.to_string()))?;
+        let headed = std::sync::atomic::AtomicBool::new(false);
         let exchange = async {
-            let resp = self.client.get(uri).await.map_err(|e| error_chain(&e))?;
+            let resp =
+                (self.client.get(uri).await).map_err(|e| GetError::NoAnswer(error_chain(&e)))?;
+            headed.store(true, std::sync::atomic::Ordering::Relaxed);
             let status = resp.status().as_u16();
-            let body = Limited::new(resp.into_body(), MAX_SCRAPE_BYTES)
+            let body = Limited::new(resp.into_body(), max_bytes)
                 .collect()
                 .await
                 .map_err(|e| {
                     if e.is::<http_body_util::LengthLimitError>() {
-                        format!("answer over {MAX_SCRAPE_BYTES} bytes")
+                        GetError::OverLimit(max_bytes)
                     } else {
-                        error_chain(&*e)
+                        GetError::Body(error_chain(&*e))
                     }
                 })?;
             Ok((status, body.to_bytes()))
         };
         match tokio::time::timeout(timeout, exchange).await {
             Ok(r) => r,
-            Err(_) => Err(format!("timed out after {} ms", timeout.as_millis())),
+            Err(_) => {
+                let m = format!("timed out after {} ms", timeout.as_millis());
+                match headed.load(std::sync::atomic::Ordering::Relaxed) {
+                    true => Err(GetError::Body(m)),
+                    false => Err(GetError::NoAnswer(m)),
+                }
+            }
         }
     }
 }

@@ -1,6 +1,8 @@
 //! What the scraper concludes from one endpoint's successive scrapes: when it starts or stops
-//! answering (logged once per change, not every tick) and when its engine restarted (its
-//! prefix-cache credit is then dropped). Pure: no IO, no clock.
+//! answering (logged once per change, not every tick), when its engine restarted (its
+//! prefix-cache credit is then dropped), and whether it stays a scheduling candidate: after
+//! [`UNREADY_AFTER`] scrapes in a row without an HTTP answer it is out
+//! ([`ScrapeHealth::unready`]), until one answers. Pure: no IO, no clock.
 
 /// The result of one `/metrics` scrape.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -10,9 +12,22 @@ pub enum Scrape {
         /// `process_start_time_seconds` (Unix time, s).
         start_time: Option<f64>,
     },
-    /// Transport error, timeout or non-200.
+    /// An HTTP answer that cannot be used: a status other than 200, or a broken body. The
+    /// engine's server is up.
     Failed,
+    /// No HTTP answer: the connection failed or closed, or the scrape timed out, before a
+    /// response head ([`super::client::GetError::NoAnswer`]).
+    Unanswered,
 }
+
+/// Scrapes in a row without an HTTP answer ([`Scrape::Unanswered`]) after which an endpoint
+/// is no scheduling candidate (not Ready, [`ScrapeHealth::unready`]) until a scrape is
+/// answered again. 3 as Kubernetes' readiness-probe `failureThreshold` default: with the
+/// scrape back-off (waits of 1, 2, 4 intervals) that is a refused connection for 3 intervals
+/// (600 ms at the default 200 ms interval), or about 3 scrape timeouts of a host that never
+/// answers; one lost scrape does not take an engine out. Any HTTP answer (even a 404: a
+/// server without `/metrics`) keeps it in.
+pub const UNREADY_AFTER: u32 = 3;
 
 /// A change of an endpoint's scrape state, to be logged.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -30,6 +45,9 @@ pub struct Verdict {
     pub change: Option<Change>,
     /// The engine restarted since the previous answer: what it cached is gone.
     pub restarted: bool,
+    /// `Some(true)`: this scrape took the endpoint out of the candidates ([`UNREADY_AFTER`]
+    /// unanswered in a row); `Some(false)`: it brought it back (answered after being out).
+    pub unready: Option<bool>,
 }
 
 /// One endpoint's scrape history, as far as the verdicts need it.
@@ -43,12 +61,20 @@ pub struct ScrapeHealth {
     ever_answered: bool,
     /// Failed scrapes since the last answer.
     failures: u32,
+    /// Scrapes without an HTTP answer since the last one with ([`Scrape::Unanswered`]).
+    unanswered: u32,
 }
 
 /// Longest wait between two scrapes of an endpoint that keeps failing, ms.
 pub const MAX_BACKOFF_MS: u64 = 5_000;
 
 impl ScrapeHealth {
+    /// True after [`UNREADY_AFTER`] scrapes in a row without an HTTP answer: the endpoint is
+    /// no scheduling candidate until a scrape is answered.
+    pub fn unready(&self) -> bool {
+        self.unanswered >= UNREADY_AFTER
+    }
+
     /// Scrape ticks to skip before the next scrape of this endpoint: 0 while it answers; after
     /// `k` failures in a row, 2^(k-1) - 1 ticks (a wait of 1, 2, 4, … intervals), at most
     /// [`MAX_BACKOFF_MS`] of `interval_ms` intervals. A dead endpoint of a large fleet then
@@ -72,13 +98,21 @@ impl ScrapeHealth {
     /// recovery: a cache miss costs less than routing on blocks that are gone).
     pub fn observe(&mut self, scrape: Scrape) -> Verdict {
         let before = self.answered;
+        let was_unready = self.unready();
+        if scrape == Scrape::Unanswered {
+            self.unanswered = self.unanswered.saturating_add(1);
+        } else {
+            self.unanswered = 0;
+        }
+        let unready = (self.unready() != was_unready).then_some(!was_unready);
         match scrape {
-            Scrape::Failed => {
+            Scrape::Failed | Scrape::Unanswered => {
                 self.answered = Some(false);
                 self.failures = self.failures.saturating_add(1);
                 Verdict {
                     change: (before != Some(false)).then_some(Change::Failing),
                     restarted: false,
+                    unready,
                 }
             }
             Scrape::Answered { start_time } => {
@@ -100,6 +134,7 @@ impl ScrapeHealth {
                 Verdict {
                     change: (before == Some(false)).then_some(Change::Recovered),
                     restarted,
+                    unready,
                 }
             }
         }
@@ -126,6 +161,44 @@ mod tests {
         assert_eq!(h.ticks_to_skip(10_000), 0, "one failure: no back-off");
         h.observe(Scrape::Failed);
         assert_eq!(h.ticks_to_skip(10_000), 0, "the cap is below one interval");
+    }
+
+    #[test]
+    fn three_unanswered_scrapes_in_a_row_take_an_endpoint_out_until_one_is_answered() {
+        use Scrape::{Failed, Unanswered};
+        let mut h = ScrapeHealth::default();
+        let mut seen = Vec::new();
+        for s in [
+            Unanswered,
+            Unanswered,
+            Failed, // an HTTP answer (a 404): the count starts again
+            Unanswered,
+            Unanswered,
+            Unanswered, // out
+            Unanswered,
+            Failed, // back: the server answers, even without /metrics
+            Unanswered,
+            ok(None),
+        ] {
+            let v = h.observe(s);
+            seen.push((v.unready, h.unready()));
+        }
+        assert_eq!(
+            seen,
+            [
+                (None, false),
+                (None, false),
+                (None, false),
+                (None, false),
+                (None, false),
+                (Some(true), true),
+                (None, true),
+                (Some(false), false),
+                (None, false),
+                (None, false),
+            ]
+        );
+        assert_eq!(UNREADY_AFTER, 3);
     }
 
     fn ok(t: Option<f64>) -> Scrape {

@@ -6,9 +6,15 @@
 //! `vllm:gpu_cache_usage_perc`) averaged over series (design.md §5.4), and the LoRA adapters
 //! of `vllm:lora_requests_info` (its latest series). A gauge the engine does
 //! not export, or a failed scrape, is stored as unknown, never as 0. `/v1/models` is read
-//! while an endpoint's list is unknown, after a restart, and every `models_every` ticks; its
-//! model objects are stored verbatim per endpoint (requests are only scheduled on endpoints
-//! that serve their model; `/v1/models` of the router lists them).
+//! while an endpoint's list is unknown, after a restart, and every `models_every` ticks,
+//! within [`models::MAX_MODELS_BYTES`]; its model ids and the few fields of each model object
+//! that the router's own `/v1/models` echoes ([`models::MODEL_FIELDS`]) are stored per
+//! endpoint (requests are only scheduled on endpoints that serve their model). An answer
+//! over a bound ([`models::ModelsError::over_limit`]) is counted
+//! ([`crate::registry::FleetCounters::models_refused_total`]), logged (one line per second at
+//! most) and not used: the endpoint keeps the list it had — unknown if it never had one,
+//! which schedules any model there (fail open) — and it is read again only every
+//! `models_every` ticks, not while unknown.
 //!
 //! Each endpoint is scraped by its own task, bounded by `timeout` for the whole exchange
 //! (head and body), at most [`MAX_CONCURRENT_SCRAPES`] at once over the whole fleet (the wait
@@ -20,6 +26,10 @@
 //! endpoint back without the same start time ([`health::ScrapeHealth::observe`]) — calls
 //! [`ScrapeObserver::engine_restarted`] (a front end drops its prefix-cache credit and counts
 //! it in `pdgate_engine_restarts_total`); failures call [`ScrapeObserver::scrape_failed`].
+//! An endpoint whose `/metrics` goes unanswered (no HTTP answer: refused, reset, timed out)
+//! [`health::UNREADY_AFTER`] times in a row is no scheduling candidate until a scrape is
+//! answered: the scraper hands the set of such endpoints to the registry every tick
+//! ([`EndpointRegistry::set_unanswered`], which publishes them not Ready, counts and logs).
 //! The scraper owns its HTTP client ([`client::ScrapeClient`]) and knows neither front end.
 //!
 //! What is read comes from the config's data layer ([`ScrapeSettings::data`]:
@@ -32,15 +42,16 @@
 
 pub mod client;
 pub mod health;
+pub mod models;
 mod parse;
 
+pub use models::{merge_model_cards, parse_model_cards, parse_models, ModelsError};
 pub use parse::{
-    merge_model_cards, parse_engine_metrics, parse_engine_metrics_with, parse_model_cards, series,
-    series_label, sum_series, EngineGauges,
+    parse_engine_metrics, parse_engine_metrics_with, series, series_label, sum_series, EngineGauges,
 };
 
 use crate::registry::EndpointRegistry;
-use client::ScrapeClient;
+use client::{GetError, ScrapeClient};
 use health::{Change, Scrape, ScrapeHealth};
 use parking_lot::Mutex;
 use pdgate_scheduler::config::DataLayer;
@@ -83,13 +94,19 @@ pub struct ScrapeSettings {
     pub data: Arc<DataLayer>,
 }
 
-/// Per-endpoint scrape state between ticks.
+/// Per-endpoint scrape state between ticks (of one address: a new address starts afresh).
 #[derive(Default)]
 struct Tracked {
+    /// The endpoint's address when this state began.
+    address: String,
     health: Mutex<ScrapeHealth>,
     busy: AtomicBool,
     /// Ticks still to skip (back-off of an endpoint that keeps failing).
     skip: std::sync::atomic::AtomicU64,
+    /// [`ScrapeHealth::unready`] after the last scrape.
+    unready: AtomicBool,
+    /// The last `/v1/models` answer was over a bound: read it again only periodically.
+    models_refused: AtomicBool,
 }
 
 /// Everything one endpoint's scrape needs.
@@ -103,6 +120,7 @@ struct Job {
     load: Arc<EndpointLoad>,
     tracked: Arc<Tracked>,
     want_models: bool,
+    registry: Arc<EndpointRegistry>,
 }
 
 /// Scrapes forever; abort the returned task to stop (its scrapes in flight stop with it).
@@ -140,8 +158,23 @@ pub fn start(
             }
             let periodic = n.is_multiple_of(models_every.max(1));
             n = n.wrapping_add(1);
+            let mut unanswered: Vec<&str> = Vec::new();
             for e in &snap.endpoints {
-                let t = tracked.entry(e.endpoint.name.clone()).or_default().clone();
+                let name = &e.endpoint.name;
+                let t = match tracked.get(name) {
+                    Some(t) if t.address == e.endpoint.address => t.clone(),
+                    _ => {
+                        let t = Arc::new(Tracked {
+                            address: e.endpoint.address.clone(),
+                            ..Tracked::default()
+                        });
+                        tracked.insert(name.clone(), t.clone());
+                        t
+                    }
+                };
+                if t.unready.load(Ordering::Acquire) {
+                    unanswered.push(name);
+                }
                 let backing_off = t
                     .skip
                     .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1))
@@ -156,8 +189,10 @@ pub fn start(
                     state: e.clone(),
                     data: data.clone(),
                     load: e.load.clone(),
+                    want_models: periodic
+                        || (e.load.models().is_none() && !t.models_refused.load(Ordering::Acquire)),
                     tracked: t,
-                    want_models: periodic || e.load.models().is_none(),
+                    registry: registry.clone(),
                 };
                 let (client, observer) = (client.clone(), observer.clone());
                 let permits = permits.clone();
@@ -172,24 +207,29 @@ pub fn start(
                     job.tracked.busy.store(false, Ordering::Release);
                 });
             }
+            registry.set_unanswered(unanswered);
         }
     })
 }
 
-/// `GET http://{address}{path}` bounded by `timeout` for head and body; `Err` names the
-/// failure.
+/// `GET http://{address}{path}` bounded by `timeout` for head and body and by `max_bytes`;
+/// `Err` names the failure (a status other than 200 is one, answered).
 async fn fetch(
     client: &ScrapeClient,
     address: &str,
     path: &str,
     timeout: Duration,
-) -> Result<bytes::Bytes, String> {
-    match client.get(address, path, timeout).await {
+    max_bytes: usize,
+) -> Result<bytes::Bytes, GetError> {
+    match client.get_limited(address, path, timeout, max_bytes).await {
         Ok((200, body)) => Ok(body),
-        Ok((status, _)) => Err(format!("status {status}")),
+        Ok((status, _)) => Err(GetError::Body(format!("status {status}"))),
         Err(e) => Err(e),
     }
 }
+
+/// Log site of refused `/v1/models` answers (one line per second at most).
+static MODELS_REFUSED_LOG: crate::log_limit::Site = crate::log_limit::Site::new(0);
 
 async fn scrape_one(
     job: &Job,
@@ -198,7 +238,15 @@ async fn scrape_one(
     observer: &dyn ScrapeObserver,
 ) {
     let metrics = &job.data.metrics;
-    let (scrape, error) = match fetch(client, &job.metrics_address, &metrics.path, timeout).await {
+    let got = fetch(
+        client,
+        &job.metrics_address,
+        &metrics.path,
+        timeout,
+        client::MAX_SCRAPE_BYTES,
+    )
+    .await;
+    let (scrape, error) = match got {
         Ok(body) => {
             let names = job.data.engines.for_labels(&job.state.endpoint.labels);
             let g = parse_engine_metrics_with(&String::from_utf8_lossy(&body), names);
@@ -214,11 +262,22 @@ async fn scrape_one(
             observer.scrape_failed(&job.name);
             job.load.set_scraped(None, None, None);
             job.load.set_lora(None);
-            (Scrape::Failed, Some(e))
+            let scrape = match e {
+                GetError::NoAnswer(_) => Scrape::Unanswered,
+                GetError::Body(_) | GetError::OverLimit(_) => Scrape::Failed,
+            };
+            (scrape, Some(e.to_string()))
         }
     };
     job.load.set_reachable(error.is_none());
-    let verdict = job.tracked.health.lock().observe(scrape);
+    let verdict = {
+        let mut health = job.tracked.health.lock();
+        let verdict = health.observe(scrape);
+        job.tracked
+            .unready
+            .store(health.unready(), Ordering::Release);
+        verdict
+    };
     match verdict.change {
         Some(Change::Failing) => tracing::warn!(
             endpoint = %job.name, address = %job.metrics_address, path = %metrics.path,
@@ -239,12 +298,44 @@ async fn scrape_one(
         );
     }
     if error.is_none() && (job.want_models || verdict.restarted) {
-        if let Some(cards) = fetch(client, &job.address, &job.data.models.path, timeout)
-            .await
-            .ok()
-            .and_then(|b| parse_model_cards(&b))
-        {
+        read_models(job, client, timeout).await;
+    }
+}
+
+/// Reads `job`'s `/v1/models` into its load cell; an answer over a bound is counted and
+/// logged, and the cell keeps what it had.
+async fn read_models(job: &Job, client: &ScrapeClient, timeout: Duration) {
+    let path = &job.data.models.path;
+    let parsed = match fetch(
+        client,
+        &job.address,
+        path,
+        timeout,
+        models::MAX_MODELS_BYTES,
+    )
+    .await
+    {
+        Ok(body) => parse_models(&body),
+        Err(GetError::OverLimit(_)) => Err(ModelsError::TooLarge { bytes: None }),
+        Err(_) => return,
+    };
+    match parsed {
+        Ok(cards) => {
             job.load.set_model_cards(cards);
+            job.tracked.models_refused.store(false, Ordering::Release);
         }
+        Err(e) if e.over_limit() => {
+            job.registry.counters().count_models_refused();
+            job.tracked.models_refused.store(true, Ordering::Release);
+            if crate::log_limit::allow(&MODELS_REFUSED_LOG) {
+                tracing::warn!(
+                    endpoint = %job.name, address = %job.address, path = %path, error = %e,
+                    refused = job.registry.counters().models_refused_total(),
+                    "engine /v1/models answer refused; the endpoint keeps its model list \
+                     (unknown: any model may be scheduled there)"
+                );
+            }
+        }
+        Err(_) => {}
     }
 }

@@ -1,4 +1,4 @@
-//! Reading an engine's `/metrics` exposition and `/v1/models` answer.
+//! Reading an engine's `/metrics` exposition (its `/v1/models` answer: [`super::models`]).
 
 use pdgate_scheduler::plugins::core_metrics_extractor::{EngineMetrics, MetricNames, MetricSpec};
 use std::sync::LazyLock;
@@ -213,44 +213,6 @@ fn label_value(labels: &str, key: &str) -> Option<String> {
     }
 }
 
-/// The model objects of an OpenAI `/v1/models` answer (`{"data": [{"id": …, …}]}`), kept
-/// verbatim; entries without a string `id` are dropped. `None` when the body is not such a
-/// list.
-pub fn parse_model_cards(body: &[u8]) -> Option<Vec<serde_json::Value>> {
-    let mut v: serde_json::Value = serde_json::from_slice(body).ok()?;
-    let data = v.get_mut("data")?.as_array_mut()?;
-    Some(
-        std::mem::take(data)
-            .into_iter()
-            .filter(|m| m.get("id").is_some_and(serde_json::Value::is_string))
-            .collect(),
-    )
-}
-
-/// The router's `/v1/models` list: the engines' model objects merged over the endpoints of
-/// `snapshot` by `id` — the first endpoint (in discovery order) listing an id gives its object,
-/// verbatim (`created`, `owned_by`, `root`, `parent`, `max_model_len`, `permission`, …) —
-/// sorted by id. An endpoint known only by model ids gets `{"id", "object": "model",
-/// "owned_by": "pdgate"}`.
-pub fn merge_model_cards(snapshot: &pdgate_scheduler::Snapshot) -> Vec<serde_json::Value> {
-    let mut out: std::collections::BTreeMap<String, serde_json::Value> = Default::default();
-    for e in &snapshot.endpoints {
-        let cards = match (e.load.model_cards(), e.load.models()) {
-            (Some(cards), _) => cards.to_vec(),
-            (None, Some(ids)) => (ids.iter())
-                .map(|id| serde_json::json!({"id": id, "object": "model", "owned_by": "pdgate"}))
-                .collect(),
-            (None, None) => continue,
-        };
-        for card in cards {
-            if let Some(id) = card.get("id").and_then(|v| v.as_str()) {
-                out.entry(id.to_string()).or_insert(card);
-            }
-        }
-    }
-    out.into_values().collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -277,46 +239,6 @@ mod tests {
         assert_eq!(g.waiting, None);
         assert_eq!(g.start_time, None);
         assert!((g.kv_usage.unwrap() - 0.3).abs() < 1e-12);
-        let cards = parse_model_cards(
-            br#"{"object":"list","data":[{"id":"a","max_model_len":8},{"id":3},{"id":"b"}]}"#,
-        )
-        .unwrap();
-        assert_eq!(cards.len(), 2);
-        assert_eq!(
-            (cards[0]["id"].as_str(), cards[0]["max_model_len"].as_u64()),
-            (Some("a"), Some(8))
-        );
-        assert_eq!(parse_model_cards(b"<html>"), None);
-    }
-
-    #[test]
-    fn models_merge_by_id_first_seen_wins_fields_kept() {
-        use pdgate_scheduler::{Endpoint, EndpointLoad, EndpointState, Snapshot};
-        let state = |name: &str, cards: Option<serde_json::Value>| {
-            let load = std::sync::Arc::new(EndpointLoad::default());
-            if let Some(serde_json::Value::Array(c)) = cards {
-                load.set_model_cards(c);
-            }
-            std::sync::Arc::new(EndpointState {
-                endpoint: Endpoint::new(name, "127.0.0.1:1", Default::default()),
-                load,
-            })
-        };
-        let a = serde_json::json!([{"id": "m", "created": 1, "owned_by": "vllm", "max_model_len": 4096,
-            "root": "/models/m", "parent": null, "permission": [{"id": "p"}]}]);
-        let b = serde_json::json!([{"id": "m", "created": 2, "owned_by": "other"}, {"id": "lora", "parent": "m"}]);
-        let snap = Snapshot {
-            endpoints: vec![
-                state("a", Some(a.clone())),
-                state("b", Some(b)),
-                state("c", None),
-            ],
-            version: 1,
-        };
-        let merged = merge_model_cards(&snap);
-        assert_eq!(merged.len(), 2);
-        assert_eq!(merged[0], serde_json::json!({"id": "lora", "parent": "m"}));
-        assert_eq!(merged[1], a[0]);
     }
 
     #[test]

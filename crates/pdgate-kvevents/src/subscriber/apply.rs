@@ -26,6 +26,8 @@ struct Applier {
     metrics: Arc<KvEventMetrics>,
     tracker: SeqTracker,
     gap_warn: LogLimit,
+    /// Over-size replies skipped by history replays.
+    oversize_warn: LogLimit,
     /// False once the handle is stopped: sink calls are made under this lock, only while
     /// true.
     live: Arc<Mutex<bool>>,
@@ -44,7 +46,8 @@ pub(crate) async fn run(
         sink,
         metrics,
         tracker: SeqTracker::new(),
-        gap_warn: LogLimit::default(),
+        gap_warn: crate::log_limit::warn_limit(),
+        oversize_warn: crate::log_limit::warn_limit(),
     };
     while let Some(item) = rx.recv().await {
         match item {
@@ -110,8 +113,15 @@ impl Applier {
         range: Range<u64>,
         need: Need,
     ) -> Result<usize, replay::ReplayError> {
-        let batches =
-            replay::fetch(addr, range, need, self.config.replay_timeout, &self.metrics).await?;
+        let batches = replay::fetch(
+            addr,
+            range,
+            need,
+            &self.config,
+            &self.metrics,
+            &mut self.oversize_warn,
+        )
+        .await?;
         for b in &batches {
             self.apply(b);
         }

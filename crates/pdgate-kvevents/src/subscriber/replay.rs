@@ -2,7 +2,15 @@
 //! `["", start_seq (8-byte big-endian)]`; the replies are `["", seq, payload]` for every
 //! buffered message from `start_seq`, then `["", -1, ""]` (an empty payload ends it).
 //! Source: `ZmqEventPublisher._service_replay` in `vllm/distributed/kv_events.py`.
+//!
+//! A reply of a missed seq larger than [`SubscriberConfig::max_message_bytes`] is dropped
+//! undecoded and counted, as on the SUB socket (only its 8-byte seq frame is read first, to
+//! leave replies outside the range alone): a gap's replay ([`Need::All`]) fails at once;
+//! a history replay ([`Need::Tail`]) forgets the batches before it (they no longer end in a
+//! contiguous run) and goes on.
 
+use super::{message_bytes, SubscriberConfig};
+use crate::log_limit::LogLimit;
 use crate::metrics::KvEventMetrics;
 use crate::wire;
 use bytes::Bytes;
@@ -24,6 +32,10 @@ pub(crate) enum ReplayError {
     Wire(#[from] wire::WireError),
     #[error("incomplete: got {got} of the {wanted} missed batches (the engine's buffer no longer holds them)")]
     Incomplete { got: usize, wanted: usize },
+    #[error(
+        "the reply of seq {seq} is {bytes} bytes, over the {cap}-byte cap (dropped undecoded)"
+    )]
+    Oversize { seq: u64, bytes: usize, cap: usize },
 }
 
 /// How much of the asked range a replay must deliver.
@@ -38,15 +50,19 @@ pub(crate) enum Need {
 }
 
 /// The batches of `missing` (in order, as `need` requires) from the replay socket at
-/// `addr`, within `deadline`.
+/// `addr`, within `config.replay_timeout`, each reply at most `config.max_message_bytes`.
+/// `oversize_warn` rate-limits the warning of an over-size reply a history replay skips.
 pub(crate) async fn fetch(
     addr: &str,
     missing: Range<u64>,
     need: Need,
-    deadline: Duration,
+    config: &SubscriberConfig,
     metrics: &KvEventMetrics,
+    oversize_warn: &mut LogLimit,
 ) -> Result<Vec<EventBatch>, ReplayError> {
-    tokio::time::timeout(deadline, exchange(addr, missing, need, metrics))
+    let deadline = config.replay_timeout;
+    let exchange = exchange(addr, missing, need, config, metrics, oversize_warn);
+    tokio::time::timeout(deadline, exchange)
         .await
         .map_err(|_| ReplayError::Timeout(deadline))?
 }
@@ -55,7 +71,9 @@ async fn exchange(
     addr: &str,
     missing: Range<u64>,
     need: Need,
+    config: &SubscriberConfig,
     metrics: &KvEventMetrics,
+    oversize_warn: &mut LogLimit,
 ) -> Result<Vec<EventBatch>, ReplayError> {
     let mut dealer = DealerSocket::new();
     dealer.connect(addr).await?;
@@ -80,6 +98,24 @@ async fn exchange(
         // Messages past the gap arrive (or arrived) live; before it we already have.
         if !missing.contains(&seq) {
             continue;
+        }
+        let bytes = message_bytes(&reply);
+        let cap = config.max_message_bytes;
+        if bytes > cap {
+            drop(frames);
+            drop(reply);
+            KvEventMetrics::inc(&metrics.pdgate_kv_events_oversize_dropped_total);
+            match need {
+                Need::All => return Err(ReplayError::Oversize { seq, bytes, cap }),
+                Need::Tail => {
+                    if let Some(n) = oversize_warn.allow() {
+                        let endpoint = config.endpoint.as_str();
+                        tracing::warn!(endpoint, seq, bytes, cap, suppressed = n, "kv-events: replay reply over the size cap dropped undecoded; the history starts after it");
+                    }
+                    out.clear();
+                    continue;
+                }
+            }
         }
         let decoded = wire::decode_payload(seq, payload)?;
         KvEventMetrics::add(

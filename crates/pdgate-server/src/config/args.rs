@@ -149,15 +149,15 @@ pub struct ServeArgs {
     pub coordinator_config: Option<PathBuf>,
 }
 
-/// Loads llm-d's coordinator YAML at `path`, with `COORDINATOR_*` environment overrides.
+/// Loads llm-d's coordinator YAML at `path` (`--coordinator-config`), with `COORDINATOR_*`
+/// environment overrides.
 ///
-/// Errors: the file cannot be read, or every problem found, one per line as `check-config`
-/// shows them.
+/// Errors: the file cannot be read or nests too deep ([`read_config_file`], naming the flag),
+/// or every problem found, one per line as `check-config` shows them.
 pub fn load_coordinator_config(
     path: &std::path::Path,
 ) -> anyhow::Result<crate::config::coordinator_config::CoordinatorConfig> {
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let text = read_config_file(path).map_err(|e| anyhow::anyhow!("--coordinator-config: {e}"))?;
     crate::config::coordinator_config::CoordinatorConfig::load(
         &text,
         &path.display().to_string(),
@@ -185,7 +185,7 @@ pub async fn run(mut args: ServeArgs) -> anyhow::Result<()> {
             "coordinator config loaded"
         );
     }
-    let scheduler = load_scheduler(args.config.as_ref())?;
+    let scheduler = load_scheduler(args.config.as_ref(), "--config")?;
     if args.print_config {
         print!("{}", scheduler.effective_config_yaml());
         return Ok(());

@@ -163,14 +163,18 @@ async fn health_is_readiness_and_live_is_liveness() {
 }
 
 #[tokio::test]
-async fn models_keep_the_engines_own_fields() {
-    let card = json!({"id": MODEL, "object": "model", "created": 1_767_225_600u64,
+async fn models_keep_the_engines_openai_fields_only() {
+    // What the engine sends: its `permission` list (and anything else outside the OpenAI
+    // model object) is not kept (issue 26: `/v1/models` answers are stored bounded).
+    let sent = json!({"id": MODEL, "object": "model", "created": 1_767_225_600u64,
         "owned_by": "vllm", "root": "/models/tiny", "parent": null, "max_model_len": 4096,
         "permission": [{"id": "modelperm-1", "object": "model_permission", "allow_sampling": true}]});
+    let card = json!({"id": MODEL, "object": "model", "created": 1_767_225_600u64,
+        "owned_by": "vllm", "root": "/models/tiny", "parent": null, "max_model_len": 4096});
     let lora = json!({"id": "tiny-lora", "object": "model", "created": 1_767_225_601u64,
         "owned_by": "vllm", "root": "/adapters/l", "parent": MODEL, "max_model_len": 4096});
     let a = VllmEngine {
-        models: json!([card]),
+        models: json!([sent]),
         ..VllmEngine::default()
     };
     let b = VllmEngine {

@@ -23,6 +23,8 @@ mod e2e_epp_hints;
 mod e2e_epp_limits;
 mod e2e_epp_process;
 mod e2e_errors;
+mod e2e_file_flags;
+mod e2e_fleet_bounds;
 mod e2e_flow_control;
 mod e2e_flow_eviction;
 mod e2e_flow_trust;
