@@ -187,7 +187,7 @@ impl<'de> Deserialize<'de> for Answer {
         struct V;
         impl<'de> Visitor<'de> for V {
             type Value = Answer;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
                 f.write_str("a model list")
             }
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Answer, A::Error> {
@@ -211,7 +211,7 @@ impl<'de> Deserialize<'de> for Data {
         struct V;
         impl<'de> Visitor<'de> for V {
             type Value = Data;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
                 f.write_str("an array of model objects")
             }
             fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Data, A::Error> {
@@ -252,7 +252,7 @@ impl<'de> Deserialize<'de> for Entry {
         struct V;
         impl<'de> Visitor<'de> for V {
             type Value = Entry;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
                 f.write_str("a model object")
             }
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Entry, A::Error> {
@@ -307,7 +307,7 @@ impl<'de> Deserialize<'de> for Scalar {
         struct V;
         impl<'de> Visitor<'de> for V {
             type Value = Scalar;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
                 f.write_str("a value")
             }
             fn visit_bool<E: de::Error>(self, v: bool) -> Result<Scalar, E> {
