@@ -244,10 +244,7 @@ impl Door {
 /// Counts a connection closed for not sending its headers (or HTTP/2 preface) in time:
 /// `pdgate_client_timeouts_total{kind="header"}`.
 pub fn count_header_timeout(metrics: &Metrics) {
-    metrics
-        .client_timeouts
-        .with_label_values(&["header"])
-        .inc();
+    metrics.client_timeouts.with_label_values(&["header"]).inc();
 }
 
 /// Tells a connection over the limit so (for [`Refusal::Http503`]), and closes it (at most
