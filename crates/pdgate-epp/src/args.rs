@@ -47,6 +47,10 @@ pub struct EppArgs {
     /// Request body limit, bytes.
     #[arg(long, default_value_t = pdgate_core::defaults::DEFAULT_MAX_BODY_BYTES)]
     pub max_body_bytes: usize,
+    /// What a data plane may hold: `serve`'s client-limit flags and the stream limits
+    /// ([`crate::limits`]).
+    #[command(flatten)]
+    pub limits: crate::limits::EppLimitsArgs,
     /// Engine /metrics scrape interval, ms (at least 1).
     #[arg(long, default_value_t = pdgate_core::defaults::DEFAULT_SCRAPE_INTERVAL_MS,
           value_parser = clap::value_parser!(u64).range(1..))]
@@ -101,6 +105,16 @@ pub async fn run(args: EppArgs) -> anyhow::Result<()> {
         .ok_or_else(|| anyhow::anyhow!(pdgate_fleet::args::NO_ENDPOINTS))?;
     let mut opts = EppOptions::new(Arc::new(scheduler), endpoints);
     opts.max_body_bytes = args.max_body_bytes;
+    // As `serve`: the soft descriptor limit raised to the hard one, before the connection
+    // limit's default is derived from it.
+    let nofile = pdgate_core::client_limits::raise_nofile_limit();
+    opts.limits = args.limits.limits();
+    tracing::info!(
+        nofile,
+        max_client_connections = opts.limits.client.max_connections,
+        max_ext_proc_streams = opts.limits.max_streams,
+        "client limits"
+    );
     opts.scrape_interval = Duration::from_millis(args.scrape_interval_ms);
     opts.scrape_timeout = Duration::from_millis(args.scrape_timeout_ms);
     opts.flow_headers_from = args.flow_headers_from;
@@ -121,7 +135,7 @@ pub async fn run(args: EppArgs) -> anyhow::Result<()> {
     );
     tracing::info!(ext_proc = %addrs.0, health = %addrs.1, metrics = %addrs.2, "pdgate epp listening");
     let health_task = tokio::spawn(service::serve_health(epp.clone(), health));
-    let metrics_task = tokio::spawn(serve_metrics(epp.clone(), metrics));
+    let metrics_task = tokio::spawn(service::serve_metrics(epp.clone(), metrics));
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let mut server = tokio::spawn(service::serve_ext_proc(epp.clone(), grpc, async {
         let _ = stop_rx.await;
@@ -161,7 +175,7 @@ type Served = Result<Result<(), tonic::transport::Error>, tokio::task::JoinError
 fn finish(
     served: Served,
     health: tokio::task::JoinHandle<Result<(), tonic::transport::Error>>,
-    metrics: tokio::task::JoinHandle<std::io::Result<()>>,
+    metrics: tokio::task::JoinHandle<()>,
 ) -> anyhow::Result<()> {
     health.abort();
     metrics.abort();
@@ -169,29 +183,4 @@ fn finish(
     served
         .context("ext_proc server task")?
         .context("ext_proc server")
-}
-
-/// Serves `GET /metrics` (Prometheus text) on `listener` until aborted.
-async fn serve_metrics(epp: Arc<Epp>, listener: tokio::net::TcpListener) -> std::io::Result<()> {
-    use axum::routing::get;
-    let app = axum::Router::new().route(
-        "/metrics",
-        get(move || {
-            let epp = epp.clone();
-            async move {
-                epp.metrics
-                    .refresh(&epp.scheduler, &epp.registry.snapshot());
-                let mut text = epp.metrics.render();
-                pdgate_core::metrics::render_fleet_counters(epp.registry.counters(), &mut text);
-                if let Some(feed) = &epp.kv_feed {
-                    feed.render_metrics(&mut text);
-                }
-                (
-                    [(http::header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-                    text,
-                )
-            }
-        }),
-    );
-    axum::serve(listener, app).await
 }

@@ -9,7 +9,9 @@
 //! - [`pick`]: routing a buffered request (the same scheduling as `serve`);
 //! - [`metadata`], [`messages`]: the protocol's metadata keys and the answers' shapes;
 //! - [`usage`]: `usage` read from the answer on its way back;
-//! - [`service`]: the tonic servers (ext_proc, gRPC health);
+//! - [`service`]: the tonic servers (ext_proc, gRPC health) and the metrics port;
+//! - [`limits`], [`incoming`]: what a data plane may hold (issue 26: streams, connections,
+//!   timeouts, header and body bytes), and the gRPC ports' connections let in under them;
 //! - [`state`], [`args`]: shared state, flags and `run`.
 //!
 //! P/D is done the llm-d way: the destination is the decode endpoint and
@@ -18,6 +20,8 @@
 
 pub mod args;
 pub mod exchange;
+pub mod incoming;
+pub mod limits;
 pub mod messages;
 pub mod metadata;
 pub mod pick;
@@ -26,4 +30,5 @@ pub mod state;
 pub mod usage;
 
 pub use args::{run, EppArgs};
+pub use limits::EppLimits;
 pub use state::{Epp, EppOptions};

@@ -1,9 +1,12 @@
 //! The EPP's shared state: the same scheduler, endpoint registry, discovery and engine
 //! scraping as `pdgate serve` (from `pdgate-fleet`), plus the session table and metrics.
 
+use crate::limits::EppLimits;
 use pdgate_coordinator::header_rules::ForwardRules;
+use pdgate_core::body_budget::BodyBudget;
 use pdgate_core::flow_control::{FlowController, Objectives};
 use pdgate_core::flow_key::FlowHeadersFrom;
+use pdgate_core::front::ConnectionSlots;
 use pdgate_core::metrics::Metrics;
 use pdgate_core::session::SessionTable;
 use pdgate_fleet::discovery::{self, DiscoveryError};
@@ -31,6 +34,9 @@ pub struct EppOptions {
     pub scrape_interval: Duration,
     /// Time allowed for one scrape (head and body).
     pub scrape_timeout: Duration,
+    /// What a data plane may hold: connections, streams, timeouts, body bytes in flight
+    /// ([`crate::limits`]).
+    pub limits: EppLimits,
 }
 
 impl EppOptions {
@@ -47,6 +53,7 @@ impl EppOptions {
             flow_headers_from: FlowHeadersFrom::default(),
             scrape_interval: Duration::from_millis(DEFAULT_SCRAPE_INTERVAL_MS),
             scrape_timeout: Duration::from_millis(DEFAULT_SCRAPE_TIMEOUT_MS),
+            limits: EppLimits::default(),
         }
     }
 }
@@ -66,6 +73,23 @@ pub struct EppCounters {
     /// `completion`, `cached` (`prompt_tokens_details.cached_tokens`); answers without
     /// `usage` add nothing.
     pub tokens: prometheus::IntCounterVec,
+    /// `pdgate_epp_streams`: ext_proc streams open (set at each render).
+    pub streams: prometheus::IntGauge,
+    /// `pdgate_epp_streams_refused_total`: streams answered `RESOURCE_EXHAUSTED` over
+    /// `--max-ext-proc-streams`.
+    pub streams_refused: prometheus::IntCounter,
+    /// `pdgate_epp_stream_timeouts_total{phase}`: streams ended for waiting too long —
+    /// `headers` (no request headers within the header timeout), `body` (the body did not
+    /// end within the body timeout: 408), `upstream` (no message within the idle timeout
+    /// once the request went upstream), `closing` (not closed after the answer).
+    pub stream_timeouts: prometheus::IntCounterVec,
+    /// `pdgate_epp_refusals_total{reason}`: requests refused for the shape of their headers
+    /// — `too_many_headers`, `headers_too_large` (431), `duplicate_request_headers` (400).
+    pub refusals: prometheus::IntCounterVec,
+    /// `pdgate_epp_usage_unread_total{reason}`: answers whose `usage` was not read to the
+    /// end because they passed a bound (`line_too_long`, `event_too_long`,
+    /// `answer_too_large`; [`crate::usage`]); the answer itself passed unchanged.
+    pub usage_unread: prometheus::IntCounterVec,
 }
 
 impl EppCounters {
@@ -92,6 +116,37 @@ impl EppCounters {
             ),
             &["kind"],
         )?;
+        let streams = prometheus::IntGauge::new("pdgate_epp_streams", "ext_proc streams open")?;
+        let streams_refused = prometheus::IntCounter::new(
+            "pdgate_epp_streams_refused_total",
+            "ext_proc streams answered RESOURCE_EXHAUSTED over --max-ext-proc-streams",
+        )?;
+        let stream_timeouts = prometheus::IntCounterVec::new(
+            prometheus::Opts::new(
+                "pdgate_epp_stream_timeouts_total",
+                "ext_proc streams ended for waiting too long, by phase",
+            ),
+            &["phase"],
+        )?;
+        let refusals = prometheus::IntCounterVec::new(
+            prometheus::Opts::new(
+                "pdgate_epp_refusals_total",
+                "Requests refused for the shape of their headers, by reason",
+            ),
+            &["reason"],
+        )?;
+        let usage_unread = prometheus::IntCounterVec::new(
+            prometheus::Opts::new(
+                "pdgate_epp_usage_unread_total",
+                "Answers whose usage was not read because they passed a bound, by reason",
+            ),
+            &["reason"],
+        )?;
+        registry.register(Box::new(streams.clone()))?;
+        registry.register(Box::new(streams_refused.clone()))?;
+        registry.register(Box::new(stream_timeouts.clone()))?;
+        registry.register(Box::new(refusals.clone()))?;
+        registry.register(Box::new(usage_unread.clone()))?;
         registry.register(Box::new(tokens.clone()))?;
         registry.register(Box::new(picks.clone()))?;
         registry.register(Box::new(fallbacks.clone()))?;
@@ -101,7 +156,31 @@ impl EppCounters {
             fallbacks,
             resets,
             tokens,
+            streams,
+            streams_refused,
+            stream_timeouts,
+            refusals,
+            usage_unread,
         })
+    }
+}
+
+/// Connections open now on the EPP's ports, one slot pool each (a flood on one port never
+/// takes another's slots).
+#[derive(Debug, Default)]
+pub struct EppConnections {
+    /// The ext_proc port (`--max-client-connections`).
+    pub ext_proc: Arc<ConnectionSlots>,
+    /// The gRPC health port ([`crate::limits::MAX_SIDE_PORT_CONNECTIONS`]).
+    pub health: Arc<ConnectionSlots>,
+    /// The metrics port ([`crate::limits::MAX_SIDE_PORT_CONNECTIONS`]).
+    pub metrics: Arc<ConnectionSlots>,
+}
+
+impl EppConnections {
+    /// Connections open on every port.
+    pub fn open(&self) -> usize {
+        self.ext_proc.open() + self.health.open() + self.metrics.open()
     }
 }
 
@@ -119,6 +198,14 @@ pub struct Epp {
     pub counters: EppCounters,
     /// Request body limit, bytes.
     pub max_body_bytes: usize,
+    /// What a data plane may hold ([`crate::limits`]).
+    pub limits: EppLimits,
+    /// Request body bytes buffered now, over every stream (`--max-inflight-body-bytes`).
+    pub body_budget: Arc<BodyBudget>,
+    /// ext_proc streams open now: one permit each, `--max-ext-proc-streams` in all.
+    pub streams: Arc<tokio::sync::Semaphore>,
+    /// Connections open now on each port.
+    pub connections: EppConnections,
     /// Engines' KV events feeding the precise prefix indexes (serve's feed); `None` without one.
     pub kv_feed: Option<Arc<pdgate_core::kv_feed::KvFeed>>,
     /// The `token-producer` step (`pdgate_core::prompt_tokens`), when configured.
@@ -193,6 +280,10 @@ impl Epp {
             metrics,
             counters,
             max_body_bytes: opts.max_body_bytes,
+            limits: opts.limits,
+            body_budget: BodyBudget::new(opts.limits.client.max_inflight_body_bytes),
+            streams: Arc::new(tokio::sync::Semaphore::new(opts.limits.max_streams)),
+            connections: EppConnections::default(),
             tokens,
             objectives: opts.objectives,
             flow_headers_from: opts.flow_headers_from,

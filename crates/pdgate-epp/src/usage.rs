@@ -47,7 +47,7 @@ pub struct BoundedUsage {
     line: usize,
     /// The current line's last byte (a line of one `\r` is blank).
     last: u8,
-    /// Bytes of the current event's finished lines.
+    /// Bytes of the current event's finished lines (their line ends excluded).
     event: usize,
     /// Bytes of a non-streamed answer so far.
     total: usize,
@@ -69,7 +69,7 @@ impl BoundedUsage {
     /// Feeds one chunk of the body. Returns why reading stopped, once, when this chunk
     /// stopped it (nothing of it was read then; nothing more is).
     pub fn push(&mut self, chunk: &[u8]) -> Option<Unread> {
-        let reader = self.reader.as_mut()?;
+        self.reader.as_ref()?;
         let over = if self.sse {
             self.scan(chunk)
         } else {
@@ -78,7 +78,9 @@ impl BoundedUsage {
         };
         match over {
             None => {
-                reader.push(chunk);
+                if let Some(reader) = &mut self.reader {
+                    reader.push(chunk);
+                }
                 None
             }
             Some(why) => {
@@ -102,7 +104,7 @@ impl BoundedUsage {
             if blank {
                 self.event = 0;
             } else {
-                self.event += self.line + 1;
+                self.event += self.line;
                 if self.event > MAX_SSE_LINE_BYTES {
                     return Some(Unread::EventTooLong);
                 }
@@ -151,12 +153,14 @@ mod tests {
     #[test]
     fn a_line_over_the_cap_stops_reading_once() {
         let mut u = BoundedUsage::new(true);
-        let piece = vec![b'x'; 1 << 20];
         assert_eq!(u.push(b"data: "), None);
+        let piece = vec![b'x'; (MAX_SSE_LINE_BYTES - 6) / 4];
         for _ in 0..4 {
             assert_eq!(u.push(&piece), None);
         }
-        assert!(u.reading());
+        let rest = vec![b'x'; MAX_SSE_LINE_BYTES - 6 - 4 * piece.len()];
+        assert_eq!(u.push(&rest), None);
+        assert!(u.reading(), "a line of exactly the cap so far");
         assert_eq!(u.push(b"x"), Some(Unread::LineTooLong));
         assert!(!u.reading());
         // Nothing more is read, the usage that follows included.

@@ -25,7 +25,7 @@ use pdgate_core::front::{Door, Refusal};
 use std::sync::Arc;
 use tokio::net::TcpListener;
 
-pub use pdgate_core::front::{ConnectionSlots, Slot, ACCEPT_BACKOFF};
+pub use pdgate_core::front::ConnectionSlots;
 
 /// Serves `app` on `listener` under `state`'s client limits until the task is aborted.
 pub async fn accept_loop(listener: TcpListener, app: Router, state: Arc<AppState>) {
