@@ -103,7 +103,8 @@ pub enum Phase {
 
 /// One part of what a message produced.
 enum Part {
-    One(ProcessingResponse),
+    /// One answer, boxed: a body's chunk iterator is small, an answer is ~300 bytes.
+    One(Box<ProcessingResponse>),
     Body(Chunks),
 }
 
@@ -122,7 +123,7 @@ impl Answers {
     }
 
     fn push(&mut self, answer: ProcessingResponse) {
-        self.parts.push_back(Part::One(answer));
+        self.parts.push_back(Part::One(Box::new(answer)));
     }
 
     fn push_body(&mut self, chunks: Chunks) {
@@ -133,7 +134,7 @@ impl Answers {
 impl From<Vec<ProcessingResponse>> for Answers {
     fn from(v: Vec<ProcessingResponse>) -> Answers {
         Answers {
-            parts: v.into_iter().map(Part::One).collect(),
+            parts: v.into_iter().map(|a| Part::One(Box::new(a))).collect(),
         }
     }
 }
@@ -148,7 +149,7 @@ impl Iterator for Answers {
                     let Some(Part::One(a)) = self.parts.pop_front() else {
                         unreachable!("the front part is one answer")
                     };
-                    return Some(a);
+                    return Some(*a);
                 }
                 Part::Body(chunks) => match chunks.next() {
                     Some(a) => return Some(a),

@@ -13,10 +13,11 @@ pub(crate) mod ingress;
 pub(crate) mod listener;
 pub mod pre_steps;
 pub(crate) mod respond;
+pub mod state;
 
 // Paths the server's assembly (app.rs, listener.rs) names at the crate root.
 use config::resilience_args;
-use dispatch::{phase_routers, retry, timeouts, upstream};
+use dispatch::{retry, timeouts, upstream};
 use ingress::proxy;
 pub(crate) use pdgate_core::{
     active, body_budget, bounds, breaker, client_limits, errors, failure, flow_control,

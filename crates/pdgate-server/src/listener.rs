@@ -18,14 +18,12 @@
 //!
 //! `/metrics` and `/health` are routes of this port: serve has no port of its own for them.
 
-use crate::app::AppState;
 use crate::client_limits::ClientLimits;
+use crate::state::AppState;
 use axum::Router;
 use pdgate_core::front::{Door, Refusal};
 use std::sync::Arc;
 use tokio::net::TcpListener;
-
-pub use pdgate_core::front::ConnectionSlots;
 
 /// Serves `app` on `listener` under `state`'s client limits until the task is aborted.
 pub async fn accept_loop(listener: TcpListener, app: Router, state: Arc<AppState>) {

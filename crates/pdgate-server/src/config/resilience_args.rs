@@ -16,9 +16,7 @@ use crate::dispatch::timeouts::{
 use pdgate_coordinator::PrefillFallback;
 use std::time::Duration;
 
-/// The longest timeout a flag takes, s (one year): longer would overflow clock arithmetic and
-/// means nothing for a request.
-pub const MAX_TIMEOUT_SECS: u64 = 365 * 24 * 3600;
+pub use crate::dispatch::timeouts::MAX_TIMEOUT_SECS;
 
 fn secs(s: &str) -> Result<u64, String> {
     let v: u64 = s

@@ -5,13 +5,13 @@
 //! with the [`RetryPolicy`]'s budget and backoff, never when the phase is pinned. Every leg's
 //! endpoint, booking and status go into the request's [`RequestContext`].
 
-use crate::app::AppState;
 use crate::breaker::{Admission, Outcome};
 use crate::dispatch::ctx::{RequestContext, Slot};
 use crate::dispatch::leg_body::LegBody;
 use crate::dispatch::leg_send;
 use crate::errors::ApiError;
 use crate::failure::{self, BreakerEffect, ClientSees, LegEvent};
+use crate::state::AppState;
 use bytes::Bytes;
 use http::{HeaderName, HeaderValue};
 use pdgate_api::{headers, InferenceRequest, Phase, PromptInput};

@@ -45,9 +45,8 @@ pub fn later(d: Duration) -> Instant {
 
 /// `from + d`, saturating one year after `from` instead of overflowing.
 pub fn after(from: Instant, d: Duration) -> Instant {
-    from.checked_add(d).unwrap_or_else(|| {
-        from + Duration::from_secs(crate::config::resilience_args::MAX_TIMEOUT_SECS)
-    })
+    from.checked_add(d)
+        .unwrap_or_else(|| from + Duration::from_secs(crate::dispatch::timeouts::MAX_TIMEOUT_SECS))
 }
 
 /// The body of one leg (see the module docs).
@@ -121,7 +120,7 @@ impl Body for LegBody {
                     Poll::Ready(Some(Ok(frame)))
                 }
                 Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(LegBodyError::Broken(
-                    crate::dispatch::upstream::error_chain(&e),
+                    pdgate_fleet::scrape::client::error_chain(&e),
                 )))),
                 Poll::Ready(None) => Poll::Ready(None),
                 Poll::Pending => {

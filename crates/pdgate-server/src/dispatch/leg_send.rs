@@ -2,10 +2,10 @@
 //! the per-leg metrics and logs (`pdgate_phase_requests_total`, `pdgate_upstream_duration_seconds`,
 //! `pdgate_upstream_failures_total`).
 
-use crate::app::AppState;
 use crate::dispatch::leg_body::{LegBody, LegBodyError};
 use crate::dispatch::timeouts::LegTimeouts;
 use crate::failure;
+use crate::state::AppState;
 use bytes::Bytes;
 use http::Method;
 use http_body_util::BodyExt;

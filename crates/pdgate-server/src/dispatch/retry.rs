@@ -10,7 +10,7 @@
 //!
 //! Which failures may be retried is the failure rule's ([`crate::failure::rule`]); this
 //! module only says how often and how long to wait. The loop lives in
-//! [`crate::dispatch::engine_dispatch`].
+//! the engine dispatcher (`dispatch::engine_dispatch`).
 
 use rand::Rng;
 use std::time::Duration;

@@ -4,11 +4,11 @@
 //! as they are; the endpoint each router names in its served-by headers goes into the
 //! request's [`RequestContext`].
 
-use crate::app::AppState;
 use crate::dispatch::ctx::{RequestContext, Slot};
 use crate::dispatch::leg_body::LegBody;
 use crate::dispatch::leg_send;
 use crate::failure::{self, LegEvent};
+use crate::state::AppState;
 use bytes::Bytes;
 use http::HeaderValue;
 use pdgate_api::{headers, InferenceRequest, Phase};

@@ -18,6 +18,10 @@
 //! busy engine may queue a request for minutes before its first token), deadline 30 min,
 //! body 300 s. A healthy engine that is still generating is never cut off by these defaults.
 
+/// The longest timeout a flag takes, s (one year): longer would overflow clock arithmetic and
+/// means nothing for a request.
+pub const MAX_TIMEOUT_SECS: u64 = 365 * 24 * 3600;
+
 use std::time::Duration;
 
 /// Default TCP connect timeout, s.

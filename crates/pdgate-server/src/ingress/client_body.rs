@@ -2,9 +2,9 @@
 //! in-flight budget ([`crate::body_budget`]), then parsed ([`InferenceRequest::from_bytes`],
 //! off the server thread when large).
 
-use crate::app::AppState;
 use crate::body_budget::BodyLease;
 use crate::errors::ApiError;
+use crate::state::AppState;
 use axum::body::Body;
 use bytes::Bytes;
 use http::HeaderMap;

@@ -1,7 +1,6 @@
 //! The inference handlers: ingress → scheduling (or, as a coordinator of per-role routers,
 //! a plan naming them) → [`crate::respond::forward`] (design.md §2).
 
-use crate::app::AppState;
 use crate::dispatch::ctx::RequestContext;
 use crate::dispatch::engine_dispatch::{self, EngineDispatch};
 use crate::dispatch::router_dispatch::RouterDispatch;
@@ -10,6 +9,7 @@ use crate::header_scan::HeaderNames;
 use crate::ingress::client_body;
 use crate::request_ids::{decision_id, request_id};
 use crate::respond::forward;
+use crate::state::AppState;
 use axum::body::Body;
 use axum::response::Response;
 use http::{HeaderMap, HeaderValue, StatusCode};

@@ -5,7 +5,8 @@
 //! spreads connections over the listeners. Scheduling state (endpoints, prefix index,
 //! bookings, metrics) is shared.
 
-use crate::app::{spawn_listener, AppState};
+use crate::app::spawn_listener;
+use crate::state::AppState;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -123,7 +124,8 @@ async fn timer_anchor() {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::app::{start_state, ServeOptions};
+    use crate::app::start_state;
+    use crate::state::ServeOptions;
     use pdgate_fleet::EndpointSource;
     use pdgate_scheduler::{Scheduler, DEFAULT_CONFIG_YAML};
 

@@ -8,10 +8,10 @@
 pub mod media_urls;
 pub mod render_step;
 
-use crate::app::AppState;
 use crate::errors::ApiError;
 use crate::pre_steps::media_urls::{MediaUrlArgs, MediaUrlSettings};
 use crate::pre_steps::render_step::{RenderArgs, RenderStep};
+use crate::state::AppState;
 use bytes::Bytes;
 use http::HeaderValue;
 use pdgate_api::InferenceRequest;

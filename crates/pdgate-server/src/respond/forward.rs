@@ -3,13 +3,13 @@
 //! request's [`RequestContext`]: served-by headers (design.md §5.3), the session binding,
 //! the prefill-unavailable policy's trace, bookings tied to the response body.
 
-use crate::app::AppState;
 use crate::dispatch::ctx::{RequestContext, Slot};
 use crate::dispatch::leg_body::LegBody;
 use crate::dispatch::leg_send;
 use crate::dispatch::served::Served;
 use crate::errors::ApiError;
 use crate::respond::body::{ResponseBody, StreamReport};
+use crate::state::AppState;
 use axum::body::Body;
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;

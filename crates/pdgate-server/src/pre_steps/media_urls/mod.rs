@@ -92,7 +92,7 @@ pub struct MediaUrlArgs {
     pub replace_media_urls: bool,
     /// Time for one image download, redirects and body included, ms; later → 504.
     #[arg(long, default_value_t = DEFAULT_DOWNLOAD_TIMEOUT_MS,
-          value_parser = clap::value_parser!(u64).range(1..=crate::config::resilience_args::MAX_TIMEOUT_SECS * 1000))]
+          value_parser = clap::value_parser!(u64).range(1..=crate::dispatch::timeouts::MAX_TIMEOUT_SECS * 1000))]
     pub media_download_timeout_ms: u64,
     /// Image downloads of one request running at once.
     #[arg(long, default_value_t = DEFAULT_MAX_CONCURRENT_DOWNLOADS,
