@@ -123,4 +123,27 @@ mod tests {
         drop((a, c, s));
         assert_eq!(b.used(), 0);
     }
+
+    #[test]
+    fn the_default_budget_refuses_the_sixth_concurrent_60_mb_body() {
+        use crate::client_limits::{
+            BODY_MEMORY_BOUND, BODY_MEMORY_PER_BYTE, DEFAULT_MAX_INFLIGHT_BODY_BYTES,
+        };
+        // Issue 26: six 60 MB bodies at once reached 1.08 GB with none refused.
+        let b = BodyBudget::new(DEFAULT_MAX_INFLIGHT_BODY_BYTES);
+        let body = 60_000_000;
+        let mut held = Vec::new();
+        let mut refused = 0;
+        for _ in 0..6 {
+            let mut l = b.lease();
+            match l.cover(body) {
+                Ok(()) => held.push(l),
+                Err(_) => refused += 1,
+            }
+        }
+        assert_eq!((held.len(), refused), (5, 1));
+        // What is admitted stays under the stated memory bound.
+        assert!(b.used() * BODY_MEMORY_PER_BYTE <= BODY_MEMORY_BOUND);
+        assert_eq!(DEFAULT_MAX_INFLIGHT_BODY_BYTES, 357_913_941);
+    }
 }

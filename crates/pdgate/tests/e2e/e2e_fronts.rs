@@ -111,11 +111,22 @@ async fn the_same_request_through_both_fronts_gets_the_same_cleaned_body_and_pic
         axum::Json(json!({"id": "c", "choices": [{"text": "ok"}]})).into_response()
     };
     let engine = support::fake_engine("/v1/completions", reply).await;
-    let serve = support::decode_router(&engine.addr).await;
     let role = std::collections::BTreeMap::from([(
         pdgate_api::labels::ROLE.to_string(),
         "decode".to_string(),
     )]);
+    // serve as a front door: nobody is trusted (the EPP has no trusted callers either).
+    let serve = pdgate_scenario::fleet::router_with(
+        vec![pdgate_scheduler::Endpoint::new(
+            "d0",
+            &engine.addr,
+            role.clone(),
+        )],
+        DEFAULT_CONFIG_YAML,
+        |_| {},
+    )
+    .await
+    .unwrap();
     let epp = envoy::epp(
         vec![pdgate_scheduler::Endpoint::new("d0", &engine.addr, role)],
         DEFAULT_CONFIG_YAML,
