@@ -145,6 +145,8 @@ async fn the_same_request_through_both_fronts_gets_the_same_cleaned_body_and_pic
         ("x-llm-d-disagg-revision", "v-evil"),
         ("x-llm-d-epp-profile", "prefill"),
         ("x-session-id", "s-1"),
+        ("x-llm-d-inference-objective", "chat"),
+        ("x-llm-d-inference-fairness-id", "flooder"),
     ];
     let bytes = serde_json::to_vec(&body).unwrap();
     let r = send(&url(&serve), &headers[1..], &body).await;
@@ -180,6 +182,9 @@ async fn the_same_request_through_both_fronts_gets_the_same_cleaned_body_and_pic
     for series in [
         "pdgate_client_fields_dropped_total{field=\"kv_transfer_params\"}",
         "pdgate_client_fields_dropped_total{field=\"ec_transfer_params\"}",
+        // Flow identity from an untrusted caller: ignored and counted by both.
+        "pdgate_untrusted_headers_dropped_total{header=\"x-llm-d-inference-objective\"}",
+        "pdgate_untrusted_headers_dropped_total{header=\"x-llm-d-inference-fairness-id\"}",
     ] {
         assert_eq!(metric(&serve_m, series), 1, "serve {series}");
         assert_eq!(metric(&epp_m, series), 1, "epp {series}");
