@@ -534,7 +534,7 @@ async fn a_stream_that_sends_nothing_is_ended_after_the_header_timeout() {
     assert_eq!(e.streams_open(), 1);
     let start = Instant::now();
     let end = s.next(Duration::from_secs(3)).await;
-    let status = end.err().expect("ended with a status");
+    let status = end.expect_err("ended with a status");
     assert_eq!(status.code(), tonic::Code::DeadlineExceeded);
     assert!(
         status.message().contains("--client-header-timeout-ms"),
@@ -582,7 +582,7 @@ async fn a_routed_stream_left_idle_is_ended_and_its_booking_released() {
     assert_eq!(e.in_flight(), 1, "booked at pick time");
     // The data plane never sends the response: the stream is ended, the booking released.
     let start = Instant::now();
-    let status = s.next(Duration::from_secs(5)).await.err().expect("ended");
+    let status = s.next(Duration::from_secs(5)).await.expect_err("ended");
     assert_eq!(status.code(), tonic::Code::DeadlineExceeded);
     assert!(
         status.message().contains("--ext-proc-idle-timeout-ms"),

@@ -20,6 +20,7 @@ mod e2e_echo;
 mod e2e_encode;
 mod e2e_epp;
 mod e2e_epp_hints;
+mod e2e_epp_limits;
 mod e2e_epp_process;
 mod e2e_errors;
 mod e2e_file_flags;
