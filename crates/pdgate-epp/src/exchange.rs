@@ -103,7 +103,7 @@ pub enum Phase {
 
 /// One part of what a message produced.
 enum Part {
-    One(ProcessingResponse),
+    One(Box<ProcessingResponse>),
     Body(Chunks),
 }
 
@@ -122,19 +122,11 @@ impl Answers {
     }
 
     fn push(&mut self, answer: ProcessingResponse) {
-        self.parts.push_back(Part::One(answer));
+        self.parts.push_back(Part::One(Box::new(answer)));
     }
 
     fn push_body(&mut self, chunks: Chunks) {
         self.parts.push_back(Part::Body(chunks));
-    }
-}
-
-impl From<Vec<ProcessingResponse>> for Answers {
-    fn from(v: Vec<ProcessingResponse>) -> Answers {
-        Answers {
-            parts: v.into_iter().map(Part::One).collect(),
-        }
     }
 }
 
@@ -148,7 +140,7 @@ impl Iterator for Answers {
                     let Some(Part::One(a)) = self.parts.pop_front() else {
                         unreachable!("the front part is one answer")
                     };
-                    return Some(a);
+                    return Some(*a);
                 }
                 Part::Body(chunks) => match chunks.next() {
                     Some(a) => return Some(a),
@@ -204,11 +196,6 @@ impl Exchange {
         if self.body_ended || self.done {
             self.lease = None;
         }
-    }
-
-    /// Bytes of the in-flight body budget this stream holds.
-    pub fn leased_bytes(&self) -> usize {
-        self.lease.as_ref().map_or(0, BodyLease::bytes)
     }
 
     /// The request body did not end within `--client-body-timeout-ms` of its headers: the
