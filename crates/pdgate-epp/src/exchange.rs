@@ -103,7 +103,6 @@ pub enum Phase {
 
 /// One part of what a message produced.
 enum Part {
-    /// One answer, boxed: a body's chunk iterator is small, an answer is ~300 bytes.
     One(Box<ProcessingResponse>),
     Body(Chunks),
 }
@@ -128,14 +127,6 @@ impl Answers {
 
     fn push_body(&mut self, chunks: Chunks) {
         self.parts.push_back(Part::Body(chunks));
-    }
-}
-
-impl From<Vec<ProcessingResponse>> for Answers {
-    fn from(v: Vec<ProcessingResponse>) -> Answers {
-        Answers {
-            parts: v.into_iter().map(|a| Part::One(Box::new(a))).collect(),
-        }
     }
 }
 
@@ -205,11 +196,6 @@ impl Exchange {
         if self.body_ended || self.done {
             self.lease = None;
         }
-    }
-
-    /// Bytes of the in-flight body budget this stream holds.
-    pub fn leased_bytes(&self) -> usize {
-        self.lease.as_ref().map_or(0, BodyLease::bytes)
     }
 
     /// The request body did not end within `--client-body-timeout-ms` of its headers: the
