@@ -7,7 +7,7 @@
 //! | first bytes of a connection (every port); first message of a stream; HTTP/1 headers and keep-alive idle on the metrics port | `--client-header-timeout-ms` | 60 s |
 //! | a request body, from its headers to its end (then 408) | `--client-body-timeout-ms` | 60 s |
 //! | ext_proc connections open at once | `--max-client-connections` | from `RLIMIT_NOFILE` |
-//! | request body bytes buffered at once, all streams (then 429) | `--max-inflight-body-bytes` | 1 GiB |
+//! | request body bytes buffered at once, all streams (then 429) | `--max-inflight-body-bytes` | 341 MiB (1 GiB of memory at ~3 bytes per body byte) |
 //! | ext_proc streams open at once, all connections (then `RESOURCE_EXHAUSTED`) | `--max-ext-proc-streams` | 10,000 |
 //! | ext_proc streams open at once on one connection (HTTP/2 `SETTINGS_MAX_CONCURRENT_STREAMS`) | `--max-ext-proc-streams-per-connection` | 1,000 |
 //! | a stream's wait for the next message once its request went upstream | `--ext-proc-idle-timeout-ms` | 30 min |
