@@ -169,6 +169,37 @@ pub fn clean(metrics: &Metrics, req: &mut InferenceRequest, caller: Caller<'_>) 
     }
 }
 
+/// The first router-owned field ([`pdgate_coordinator::owned::ROUTER_OWNED_FIELDS`]) named as
+/// a key anywhere in a JSON body, `None` when there is none or the body is not JSON. For a
+/// body on a path the router does not parse (so [`clean`] cannot remove the field in place):
+/// an engine that decodes the path (uvicorn percent-decodes `/v1/%63ompletions`) would
+/// otherwise read a client's `kv_transfer_params` (issue 26). Bodies that cannot mention one
+/// ([`pdgate_coordinator::owned::mentions`]) are never parsed.
+pub fn owned_field_in(body: &[u8]) -> Option<&'static str> {
+    fn find(v: &serde_json::Value) -> Option<&'static str> {
+        match v {
+            serde_json::Value::Object(m) => {
+                for (k, v) in m {
+                    let owned = pdgate_coordinator::owned::ROUTER_OWNED_FIELDS.iter();
+                    if let Some(f) = owned.copied().find(|f| f == k) {
+                        return Some(f);
+                    }
+                    if let Some(f) = find(v) {
+                        return Some(f);
+                    }
+                }
+                None
+            }
+            serde_json::Value::Array(a) => a.iter().find_map(find),
+            _ => None,
+        }
+    }
+    if !pdgate_coordinator::owned::mentions(body) {
+        return None;
+    }
+    find(&serde_json::from_slice(body).ok()?)
+}
+
 /// Routing-hint headers must be readable and unambiguous: a value that is not visible ASCII,
 /// or the same header given twice with different values, is a 400 naming it (never read as
 /// absent, which would route the request freely).

@@ -447,7 +447,22 @@ impl Exchange {
         let body = std::mem::take(&mut self.body).freeze();
         let api = pick::api_of(&self.path);
         let Some(api) = api else {
-            // Not an API the scheduler reads: a random ready endpoint, as for header-only.
+            // Not an API the scheduler reads: a random ready endpoint, as for header-only. A
+            // body naming a router-owned field cannot be cleaned here: refused as serve
+            // refuses a path it does not route (404), never passed on.
+            if let Some(field) = pdgate_core::intake::owned_field_in(&body) {
+                tracing::warn!(field, path = %self.path, "router-owned field on an unparsed path refused");
+                self.epp
+                    .metrics
+                    .client_fields_dropped
+                    .with_label_values(&[field])
+                    .inc();
+                let path = self.path.clone();
+                return self.reject(ApiError::NoRoute {
+                    method: "POST".into(),
+                    path,
+                });
+            }
             return match pick::random(&self.epp, self.subset.as_ref()) {
                 Ok(dest) => {
                     self.epp.counters.picks.with_label_values(&["random"]).inc();

@@ -204,3 +204,39 @@ async fn the_same_request_through_both_fronts_gets_the_same_cleaned_body_and_pic
         Some("d0".to_string())
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_path_the_epp_does_not_parse_cannot_carry_kv_transfer_params() {
+    // Found by the adversarial try: uvicorn percent-decodes `/v1/%63ompletions` into
+    // `/v1/completions`, a path the EPP does not parse, so its body was passed on uncleaned.
+    let (port, hits) = trap().await;
+    let (_workers, epp) = envoy::aggregated(1).await;
+    let body = serde_json::to_vec(&hostile(0, port)).unwrap();
+    for path in [
+        "/v1/%63ompletions",
+        "//v1/completions",
+        "/v1/completions;a=b",
+    ] {
+        let mut s = epp.stream().await;
+        let routing = s.request(path, &[], &body, 4096, None).await;
+        assert_eq!(routing.immediate, Some(404), "{path}: {routing:?}");
+    }
+    // A body without one still goes to a random endpoint, unchanged.
+    let plain = serde_json::to_vec(&completion(0, 8, false)).unwrap();
+    let mut s = epp.stream().await;
+    let routing = s
+        .request("/v1/%63ompletions", &[], &plain, 4096, None)
+        .await;
+    assert_eq!(routing.immediate, None);
+    assert_eq!(routing.body(), plain);
+    assert_eq!(hits.load(Ordering::SeqCst), 0);
+    let m = String::from_utf8(epp.epp.metrics.render()).unwrap();
+    assert_eq!(
+        metric(
+            &m,
+            "pdgate_client_fields_dropped_total{field=\"kv_transfer_params\"}"
+        ),
+        3,
+        "{m}"
+    );
+}
