@@ -124,6 +124,11 @@ pub async fn route(
         .and_then(|v| v.to_str().ok())
         .unwrap_or_default();
     let outside = |e: &Endpoint| !in_subset(subset, e);
+    // The EPP trusts no caller: coordinator headers a client sent (profile, decision id,
+    // forwarded revision, a conditional-decode `Prefer`) are counted as serve counts them;
+    // the intake hides them from the screeners.
+    let present = pdgate_core::header_scan::HeaderNames::of(h);
+    intake::count_untrusted(&epp.metrics, &epp.forward_rules, h, &present);
     let routed = intake::route(
         epp.intake_handles(),
         parsed,

@@ -182,7 +182,10 @@ async fn the_same_request_through_both_fronts_gets_the_same_cleaned_body_and_pic
     for series in [
         "pdgate_client_fields_dropped_total{field=\"kv_transfer_params\"}",
         "pdgate_client_fields_dropped_total{field=\"ec_transfer_params\"}",
-        // Flow identity from an untrusted caller: ignored and counted by both.
+        // Coordinator headers and flow identity from an untrusted caller: ignored and
+        // counted by both.
+        "pdgate_untrusted_headers_dropped_total{header=\"x-llm-d-epp-profile\"}",
+        "pdgate_untrusted_headers_dropped_total{header=\"x-llm-d-disagg-revision\"}",
         "pdgate_untrusted_headers_dropped_total{header=\"x-llm-d-inference-objective\"}",
         "pdgate_untrusted_headers_dropped_total{header=\"x-llm-d-inference-fairness-id\"}",
     ] {
