@@ -289,3 +289,52 @@ async fn model_lists_keep_few_fields_and_an_over_cap_answer_leaves_the_list_as_i
     assert!(load.models().is_none() && load.serves("anything"));
     task.abort();
 }
+
+/// A server answering every path with `status`.
+async fn answering(status: u16) -> String {
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap().to_string();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = l.accept().await {
+            let service = service_fn(
+                move |_req: hyper::Request<hyper::body::Incoming>| async move {
+                    let mut r = hyper::Response::new(Full::new(Bytes::new()));
+                    *r.status_mut() = hyper::StatusCode::from_u16(status).unwrap();
+                    Ok::<_, std::convert::Infallible>(r)
+                },
+            );
+            tokio::spawn(async move {
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    });
+    addr
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_metrics_endpoint_answering_500_leaves_the_candidates_and_404_stays() {
+    // Found by the adversarial try of issue 26: an engine whose /metrics kept answering 500
+    // showed pdgate_endpoint_up 0 and still took half the picks.
+    let (broken, silent) = (answering(500).await, answering(404).await);
+    let (live, _engine) = engine(ONE_MODEL).await;
+    let registry = Arc::new(EndpointRegistry::default());
+    registry.apply(vec![
+        Endpoint::new("broken", &broken, Default::default()),
+        Endpoint::new("no-metrics", &silent, Default::default()),
+        Endpoint::new("live", &live, Default::default()),
+    ]);
+    let (_failures, task) = start(&registry, 25);
+    until(Duration::from_secs(5), "the 500 endpoint out", || {
+        schedulable(&registry)
+            == [
+                row("broken", false),
+                row("no-metrics", true),
+                row("live", true),
+            ]
+    })
+    .await;
+    assert_eq!(registry.counters().unready_total(), 1);
+    task.abort();
+}

@@ -213,7 +213,9 @@ pub fn start(
 }
 
 /// `GET http://{address}{path}` bounded by `timeout` for head and body and by `max_bytes`;
-/// `Err` names the failure (a status other than 200 is one, answered).
+/// `Err` names the failure (a status other than 200 is one, answered; a 5xx counts as no
+/// answer, as a Kubernetes readiness probe fails on it: an engine whose `/metrics` keeps
+/// answering 500 leaves the candidates like one that does not answer, issue 26).
 async fn fetch(
     client: &ScrapeClient,
     address: &str,
@@ -223,6 +225,7 @@ async fn fetch(
 ) -> Result<bytes::Bytes, GetError> {
     match client.get_limited(address, path, timeout, max_bytes).await {
         Ok((200, body)) => Ok(body),
+        Ok((status, _)) if status >= 500 => Err(GetError::NoAnswer(format!("status {status}"))),
         Ok((status, _)) => Err(GetError::Body(format!("status {status}"))),
         Err(e) => Err(e),
     }
