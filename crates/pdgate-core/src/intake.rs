@@ -98,8 +98,19 @@ pub fn count_untrusted(
         .chain(forward_rules.names())
         .filter(|n| present.has(n))
         .chain(probe.then_some(headers::PREFER));
+    count_ignored(
+        metrics,
+        dropped,
+        "coordinator header from an untrusted caller dropped \
+         (see --trusted-coordinator-networks, --coordinator-token-file)",
+    );
+}
+
+/// Counts each of `names` in `pdgate_untrusted_headers_dropped_total{header}` and logs the
+/// first with `why` (rate-limited): the one record of headers ignored from an untrusted caller.
+fn count_ignored<'n>(metrics: &Metrics, names: impl Iterator<Item = &'n str>, why: &str) {
     let mut any = None;
-    for name in dropped {
+    for name in names {
         metrics
             .untrusted_headers_dropped
             .with_label_values(&[name])
@@ -108,11 +119,7 @@ pub fn count_untrusted(
     }
     if let Some(name) = any {
         if crate::log_limit::allow(&crate::log_limit::UNTRUSTED_HEADERS) {
-            tracing::warn!(
-                header = name,
-                "coordinator header from an untrusted caller dropped \
-                (see --trusted-coordinator-networks, --coordinator-token-file)"
-            );
+            tracing::warn!(header = name, "{why}");
         }
     }
 }
@@ -120,24 +127,14 @@ pub fn count_untrusted(
 /// Counts (and logs, rate-limited) the flow identity headers ([`crate::flow_key::FLOW_HEADERS`])
 /// a caller sent whose flow headers are not honoured ([`FlowHeadersFrom`]).
 fn count_untrusted_flow(metrics: &Metrics, present: &HeaderNames<'_>) {
-    let mut any = None;
-    for name in crate::flow_key::FLOW_HEADERS {
-        if present.has(name) {
-            metrics
-                .untrusted_headers_dropped
-                .with_label_values(&[name])
-                .inc();
-            any.get_or_insert(name);
-        }
-    }
-    if let Some(name) = any {
-        if crate::log_limit::allow(&crate::log_limit::UNTRUSTED_HEADERS) {
-            tracing::warn!(
-                header = name,
-                "flow-control header from an untrusted caller ignored (see --flow-headers-from)"
-            );
-        }
-    }
+    let names = crate::flow_key::FLOW_HEADERS
+        .into_iter()
+        .filter(|n| present.has(n));
+    count_ignored(
+        metrics,
+        names,
+        "flow-control header from an untrusted caller ignored (see --flow-headers-from)",
+    );
 }
 
 /// True when the request carries `Prefer: if-available` (a conditional-decode probe).
@@ -250,6 +247,8 @@ fn hidden_names(rules: &ForwardRules) -> impl Iterator<Item = &str> {
 pub struct Intake<'a> {
     /// The client's headers (as received).
     pub headers: &'a HeaderMap,
+    /// Their names, scanned once by the front ([`HeaderNames::of`]).
+    pub present: &'a HeaderNames<'a>,
     /// The request id (`x-request-id`).
     pub rid: &'a str,
     /// What the trust boundary decided.
@@ -336,11 +335,11 @@ where
 {
     let caller = intake.caller;
     let headers = intake.headers;
-    let present = HeaderNames::of(headers);
+    let present = intake.present;
     clean(h.metrics, req, caller);
     let flow_trusted = caller.trusted || h.flow_headers_from == FlowHeadersFrom::Any;
     if !flow_trusted {
-        count_untrusted_flow(h.metrics, &present);
+        count_untrusted_flow(h.metrics, present);
     }
     if !caller.coordinator {
         pre_steps(req).await?;
@@ -384,8 +383,8 @@ where
             &own_view
         }
     };
-    let conditional = caller.trusted && asks_probe(headers, &present);
-    check_hint_headers(headers, &present)?;
+    let conditional = caller.trusted && asks_probe(headers, present);
+    check_hint_headers(headers, present)?;
     let hints = RoutingHints::parse(
         |n| {
             present

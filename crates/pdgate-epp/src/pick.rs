@@ -134,6 +134,7 @@ pub async fn route(
         parsed,
         &Intake {
             headers: h,
+            present: &present,
             rid,
             caller: Caller::CLIENT,
             body_bytes: req.body.len() as u64,

@@ -131,6 +131,7 @@ enum Role {
 struct Ingressed<'h> {
     req: InferenceRequest,
     headers: &'h HeaderMap,
+    present: HeaderNames<'h>,
     caller: Caller<'h>,
     role: Role,
     body_bytes: u64,
@@ -204,6 +205,7 @@ fn ingress<'h>(
     Ok(Ingressed {
         req,
         headers: client_headers,
+        present,
         caller,
         role,
         body_bytes,
@@ -273,6 +275,7 @@ async fn plan_router(
         &mut i.req,
         &Intake {
             headers: i.headers,
+            present: &i.present,
             rid: rid.to_str().unwrap_or_default(),
             caller: i.caller,
             body_bytes: i.body_bytes,

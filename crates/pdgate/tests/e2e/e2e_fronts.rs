@@ -7,25 +7,9 @@ use crate::support;
 use axum::response::IntoResponse;
 use pdgate_scheduler::DEFAULT_CONFIG_YAML;
 use serde_json::{json, Value};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use support::envoy::{self, completion};
-use support::{metric, send, url};
-
-/// A loopback listener counting the connections it gets: where a hostile client's
-/// `kv_transfer_params` point the engine.
-async fn trap() -> (u16, Arc<AtomicUsize>) {
-    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = l.local_addr().unwrap().port();
-    let hits = Arc::new(AtomicUsize::new(0));
-    let count = hits.clone();
-    tokio::spawn(async move {
-        while let Ok((_conn, _)) = l.accept().await {
-            count.fetch_add(1, Ordering::SeqCst);
-        }
-    });
-    (port, hits)
-}
+use support::{metric, send, trap, url};
 
 /// A completion of 64 token ids from `first` carrying the client's own
 /// `kv_transfer_params`: a remote prefill to pull from `port`, and a lease to keep.

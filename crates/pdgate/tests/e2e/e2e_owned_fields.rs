@@ -9,24 +9,8 @@ use pdgate_scenario::fleet::{self, FleetSpec};
 use pdgate_scheduler::DEFAULT_CONFIG_YAML;
 use pdgate_server::app::PhaseRouters;
 use serde_json::{json, Value};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
-use support::{coordinator, endpoints, fake_engine, metric, metrics, router, send, url};
-
-/// A TCP listener on loopback that counts the connections it gets: the place a hostile
-/// client's `kv_transfer_params` points engines at.
-async fn trap() -> (u16, Arc<AtomicUsize>) {
-    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = l.local_addr().unwrap().port();
-    let hits = Arc::new(AtomicUsize::new(0));
-    let count = hits.clone();
-    tokio::spawn(async move {
-        while let Ok((_conn, _)) = l.accept().await {
-            count.fetch_add(1, Ordering::SeqCst);
-        }
-    });
-    (port, hits)
-}
+use std::sync::atomic::Ordering;
+use support::{coordinator, endpoints, fake_engine, metric, metrics, router, send, trap, url};
 
 /// A completions body of `len` token ids from `first` that also carries the client's own
 /// `kv_transfer_params` (a remote prefill to pull from `port`) and `ec_transfer_params`.

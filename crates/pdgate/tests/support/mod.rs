@@ -465,3 +465,19 @@ pub async fn wait_until(timeout: Duration, what: &str, mut done: impl FnMut() ->
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
+
+/// A TCP listener on loopback that counts the connections it gets: the place a hostile
+/// client's `kv_transfer_params` points engines at. Returns its port and the count.
+pub async fn trap() -> (u16, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = l.local_addr().unwrap().port();
+    let hits = std::sync::Arc::new(AtomicUsize::new(0));
+    let count = hits.clone();
+    tokio::spawn(async move {
+        while let Ok((_conn, _)) = l.accept().await {
+            count.fetch_add(1, Ordering::SeqCst);
+        }
+    });
+    (port, hits)
+}
