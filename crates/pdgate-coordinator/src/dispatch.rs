@@ -5,7 +5,8 @@ use http::HeaderMap;
 use pdgate_api::{ApiKind, Phase};
 use std::future::Future;
 
-/// Where a phase leg goes: the endpoint the scheduler picked.
+/// An endpoint a leg can go to: the one the scheduler picked (or a per-role router). The
+/// pipeline never names one; the dispatcher resolves each leg's endpoint from its phase.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Target {
     /// Endpoint name (reported in served-by headers).
@@ -18,13 +19,12 @@ pub struct Target {
     pub dp_rank: Option<u32>,
 }
 
-/// One phase leg.
+/// One phase leg. It names its phase, not an endpoint: the dispatcher resolves the endpoint
+/// (the pick it holds for the phase, or one it schedules) and the response names it.
 #[derive(Debug, Clone)]
 pub struct PhaseRequest {
     /// The phase this leg runs.
     pub phase: Phase,
-    /// The endpoint picked for it.
-    pub target: Target,
     /// API (and so path) of the leg; same as the client's.
     pub api: ApiKind,
     /// Headers to send (already filtered by [`crate::header_rules`]).
@@ -36,6 +36,8 @@ pub struct PhaseRequest {
 /// The response head of a phase leg, with its body not yet read.
 #[derive(Debug)]
 pub struct PhaseResponse<B> {
+    /// Name of the endpoint (or per-role router) that answered, for errors and logs.
+    pub served: String,
     /// HTTP status.
     pub status: u16,
     /// Response headers as received.

@@ -2,7 +2,7 @@
 //! at most [`EncodeSettings::parallelism`] at a time, before prefill (vLLM encoder
 //! disaggregation; the contract of the answers is the [`crate::EcConnector`]).
 
-use crate::dispatch::{DispatchError, Dispatcher, PhaseRequest, PhaseResponse, Target};
+use crate::dispatch::{DispatchError, Dispatcher, PhaseRequest, PhaseResponse};
 use crate::ec_connector::EncodeSettings;
 use crate::header_rules::ForwardRules;
 use crate::pipeline::PipelineError;
@@ -22,17 +22,16 @@ pub enum Encoded {
     Rejected(PhaseResponse<Bytes>),
 }
 
-/// Runs the encode legs of `req` on `target` with `headers` (the same headers on every
-/// leg, so they share one revision draw through the decision id). Forwarded headers of the
-/// 2xx responses are merged by `rules` (most frequent value, ties to the earliest item) into
-/// `captured`.
+/// Runs the encode legs of `req` (the dispatcher picks each one's endpoint) with `headers`
+/// (the same headers on every leg, so they share one revision draw through the decision
+/// id). Forwarded headers of the 2xx responses are merged by `rules` (most frequent value,
+/// ties to the earliest item) into `captured`.
 ///
 /// Errors: a leg got no response, or (connector `pdgate`) a 2xx answer had no
 /// `ec_transfer_params` array.
 pub async fn run<D: Dispatcher>(
     dispatcher: &D,
     settings: EncodeSettings,
-    target: &Target,
     req: &InferenceRequest,
     headers: &HeaderMap,
     rules: &ForwardRules,
@@ -46,7 +45,6 @@ pub async fn run<D: Dispatcher>(
         .iter()
         .map(|item| PhaseRequest {
             phase: Phase::Encode,
-            target: target.clone(),
             api: ApiKind::ChatCompletions,
             headers: headers.clone(),
             body: crate::pipeline::to_bytes(encode_leg_body(&req.model, item)),
@@ -81,7 +79,7 @@ pub async fn run<D: Dispatcher>(
             .ok()
             .and_then(|v| v.get(EC_TRANSFER_PARAMS).and_then(Value::as_array).cloned())
             .ok_or_else(|| PipelineError::BadEncodeResponse {
-                endpoint: target.name.clone(),
+                endpoint: r.served.clone(),
                 reason: format!("no `{EC_TRANSFER_PARAMS}` array in the answer"),
             })?;
         params.extend(entries);
@@ -94,10 +92,10 @@ async fn one_leg<D: Dispatcher>(
     dispatcher: &D,
     leg: PhaseRequest,
 ) -> Result<PhaseResponse<Bytes>, DispatchError> {
-    let name = leg.target.name.clone();
     let resp = dispatcher.dispatch(leg).await?;
-    let body = dispatcher.collect(&name, resp.body).await?;
+    let body = dispatcher.collect(&resp.served, resp.body).await?;
     Ok(PhaseResponse {
+        served: resp.served,
         status: resp.status,
         headers: resp.headers,
         body,

@@ -1,8 +1,9 @@
 //! Runs one request's steps in order (design.md §2 steps 2–5, §4, §5.2):
-//! `conditional-decode` (optional) → `encode` (requests with media, when there is an encode
-//! target) → `prefill` → `decode`, or `encode` → one aggregated leg.
+//! `conditional-decode` (optional) → `encode` (requests with media, when the plan has an
+//! encode step) → `prefill` → `decode`, or `encode` → one aggregated leg. The plan names
+//! phases; the [`Dispatcher`] resolves each leg's endpoint and its answer names who served.
 
-use crate::dispatch::{DispatchError, Dispatcher, PhaseRequest, PhaseResponse, Target};
+use crate::dispatch::{DispatchError, Dispatcher, PhaseRequest, PhaseResponse};
 use crate::encode_step::{self, Encoded};
 use crate::header_rules::ForwardRules;
 use crate::kv_connector::KvConnector;
@@ -11,19 +12,24 @@ use bytes::Bytes;
 use http::{HeaderMap, HeaderValue};
 use pdgate_api::{headers, prefer, ApiKind, InferenceRequest, Phase};
 
-/// Where a request's legs go.
+/// Which phases a request runs, in order. It names phases, never endpoints: the dispatcher
+/// resolves each leg's endpoint (design.md §4).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Plan {
-    /// Prefill target when the request is split; `None` runs one aggregated leg.
-    pub prefill: Option<Target>,
-    /// Decode target (or the aggregated one).
-    pub decode: Target,
-    /// Encode target: media items get an encode leg each before prefill; `None` leaves
-    /// encoding to the prefill (or aggregated) endpoint.
-    pub encode: Option<Target>,
+    /// Split the request: a prefill leg, then a decode leg with the KV handoff. A request
+    /// that cannot take a handoff ([`InferenceRequest::can_split`]) runs one `Aggregated`
+    /// leg instead.
+    pub split: bool,
+    /// The phase of the one leg of a plan that does not split: `Aggregated` for a router
+    /// that runs the whole request; a per-role router's own phase (`Prefill`, `Decode`,
+    /// `Encode`) when a coordinator sent it one leg.
+    pub one_leg: Phase,
+    /// Run the encode step: media items get an encode leg each before prefill; `false`
+    /// leaves encoding to the prefill (or aggregated) endpoint.
+    pub encode: bool,
     /// Run the `conditional-decode` step first: the decode leg is sent with
     /// `Prefer: if-available`; a 412 goes on with prefill then decode, any other answer is
-    /// the request's. Only with a prefill target, `n == 1`.
+    /// the request's. Only with `split`, `n == 1`.
     pub conditional: bool,
     /// What to do when the prefill phase cannot be served by any endpoint.
     pub prefill_fallback: PrefillFallback,
@@ -121,9 +127,7 @@ pub enum Outcome<B> {
     Rejected {
         /// `Encode` or `Prefill`.
         phase: Phase,
-        /// Name of the target that answered.
-        target: String,
-        /// Its answer.
+        /// Its answer (naming who answered).
         response: PhaseResponse<Bytes>,
     },
 }
@@ -167,14 +171,15 @@ pub enum PipelineError {
 /// Runs `plan` for `req`, recording the probe, the prefill and any fallback in `trace`.
 ///
 /// `req.body` holds the client's bytes: an aggregated leg (and the conditional-decode probe)
-/// sends them unchanged (no re-serialization). `headers` are the upstream headers from
+/// sends them unchanged (no re-serialization). The legs name phases; `dispatcher` resolves
+/// their endpoints. `headers` are the upstream headers from
 /// [`ForwardRules::upstream_request_headers`], sent on every leg; the probe adds
 /// `Prefer: if-available` (a `Decode` leg; served, it ran the whole request: [`Probe::Served`]).
 /// The headers `rules` forward are captured from every phase response — 2xx and
 /// the probe's 412 — and sent on every later leg (design.md §5.3). `n > 1` requests never
-/// relay a handoff (single consumer): they run aggregated on the decode target (design.md
-/// §5.2). A prefill leg that fails with [`DispatchError::unavailable`] follows
-/// `plan.prefill_fallback`: aggregated on the decode target (reason in
+/// relay a handoff (single consumer): they run one `Aggregated` leg (design.md §5.2). A
+/// prefill leg that fails with [`DispatchError::unavailable`] follows
+/// `plan.prefill_fallback`: one `Aggregated` leg (reason in
 /// [`Trace::fallback`]) or [`PipelineError::PrefillUnavailable`].
 pub async fn run<D: Dispatcher>(
     dispatcher: &D,
@@ -189,8 +194,8 @@ pub async fn run<D: Dispatcher>(
         ForwardRules::apply(captured, &mut h);
         h
     };
-    let split = plan.prefill.as_ref().filter(|_| req.can_split());
-    if plan.conditional && split.is_some() {
+    let split = plan.split && req.can_split();
+    if plan.conditional && split {
         let mut h = leg_headers(&trace.captured);
         h.insert(
             headers::PREFER,
@@ -198,7 +203,6 @@ pub async fn run<D: Dispatcher>(
         );
         let leg = PhaseRequest {
             phase: Phase::Decode,
-            target: plan.decode.clone(),
             api: req.kind,
             headers: h,
             body: req.body.bytes().clone(),
@@ -217,17 +221,16 @@ pub async fn run<D: Dispatcher>(
         }
         trace.probe = Some(Probe::Deferred);
         // The 412's body is an error message; read it so the connection can be reused.
-        let _ = dispatcher.collect(&plan.decode.name, resp.body).await;
+        let _ = dispatcher.collect(&resp.served, resp.body).await;
         trace.captured = rules.capture(&[&resp.headers]);
     }
 
-    let ec = match &plan.encode {
-        Some(target) => {
+    let ec = match plan.encode {
+        true => {
             let h = leg_headers(&trace.captured);
             match encode_step::run(
                 dispatcher,
                 plan.encode_settings,
-                target,
                 req,
                 &h,
                 rules,
@@ -239,22 +242,26 @@ pub async fn run<D: Dispatcher>(
                 Encoded::Rejected(response) => {
                     return Ok(Outcome::Rejected {
                         phase: Phase::Encode,
-                        target: target.name.clone(),
                         response,
                     })
                 }
             }
         }
-        None => Vec::new(),
+        false => Vec::new(),
+    };
+    // One leg: the whole request (`Aggregated`), or a per-role router's own phase.
+    let one_leg_phase = if plan.split {
+        Phase::Aggregated
+    } else {
+        plan.one_leg
     };
     let aggregated = |ec: Vec<serde_json::Value>, captured: &HeaderMap| PhaseRequest {
-        phase: Phase::Aggregated,
-        target: plan.decode.clone(),
+        phase: one_leg_phase,
         api: req.kind,
         headers: leg_headers(captured),
         body: phase_body::aggregated_bytes(req, &ec),
     };
-    let Some(prefill) = split else {
+    if !split {
         return dispatch(dispatcher, aggregated(ec, &trace.captured))
             .await
             .map(Outcome::Final);
@@ -272,7 +279,6 @@ pub async fn run<D: Dispatcher>(
     };
     let leg = PhaseRequest {
         phase: Phase::Prefill,
-        target: prefill.clone(),
         api,
         headers: leg_headers(&trace.captured),
         body,
@@ -296,8 +302,9 @@ pub async fn run<D: Dispatcher>(
             })
         }
     };
+    let served = resp.served;
     let body = dispatcher
-        .collect(&prefill.name, resp.body)
+        .collect(&served, resp.body)
         .await
         .map_err(|source| PipelineError::Dispatch {
             phase: Phase::Prefill,
@@ -306,8 +313,8 @@ pub async fn run<D: Dispatcher>(
     if !(200..300).contains(&resp.status) {
         return Ok(Outcome::Rejected {
             phase: Phase::Prefill,
-            target: prefill.name.clone(),
             response: PhaseResponse {
+                served,
                 status: resp.status,
                 headers: resp.headers,
                 body,
@@ -320,7 +327,7 @@ pub async fn run<D: Dispatcher>(
     let kv = if plan.kv_connector.needs_prefill_params() {
         phase_body::kv_params_from_prefill(&body).map_err(|reason| {
             PipelineError::BadPrefillResponse {
-                endpoint: prefill.name.clone(),
+                endpoint: served.clone(),
                 reason,
             }
         })?
@@ -330,7 +337,6 @@ pub async fn run<D: Dispatcher>(
     trace.prefill_ran = true;
     let leg = PhaseRequest {
         phase: Phase::Decode,
-        target: plan.decode.clone(),
         api: req.kind,
         headers: leg_headers(&trace.captured),
         body: phase_body::decode_bytes(req, kv, plan.kv_connector),

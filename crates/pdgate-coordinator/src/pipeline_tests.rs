@@ -4,7 +4,8 @@ use crate::dispatch::FailureKind;
 use pdgate_api::ApiKind;
 use std::sync::Mutex;
 
-/// A dispatcher that records legs and answers from a script.
+/// A dispatcher that records legs and answers from a script; it resolves each leg's
+/// endpoint from its phase ([`endpoint_of`]), as the real ones do from their picks.
 struct Fake {
     legs: Mutex<Vec<PhaseRequest>>,
     prefill_status: u16,
@@ -53,6 +54,7 @@ impl Dispatcher for Fake {
             headers.insert(headers::DISAGG_REVISION, HeaderValue::from_static(r));
         }
         Ok(PhaseResponse {
+            served: endpoint_of(phase).into(),
             status,
             headers,
             body: Bytes::from_static(body),
@@ -63,25 +65,25 @@ impl Dispatcher for Fake {
     }
 }
 
-fn plan(prefill: Option<&str>, conditional: bool) -> Plan {
+/// The endpoint the fake resolves for a leg of `phase`.
+fn endpoint_of(phase: Phase) -> &'static str {
+    match phase {
+        Phase::Prefill => "p0",
+        Phase::Encode => "e0",
+        Phase::Decode | Phase::Aggregated => "d0",
+    }
+}
+
+fn plan(split: bool, conditional: bool) -> Plan {
     Plan {
-        prefill: prefill.map(target),
-        decode: target("d0"),
-        encode: None,
+        split,
+        one_leg: Phase::Aggregated,
+        encode: false,
         conditional,
         prefill_fallback: PrefillFallback::Aggregated,
         kv_connector: KvConnector::Nixl,
         encode_settings: Default::default(),
         tokens_in: false,
-    }
-}
-
-fn target(n: &str) -> Target {
-    Target {
-        name: n.into(),
-        address: format!("{n}:1"),
-        revision: None,
-        dp_rank: None,
     }
 }
 
@@ -109,15 +111,13 @@ async fn go(fake: &Fake, plan: &Plan, n: u32) -> (Outcome<Bytes>, Trace, Bytes) 
 #[tokio::test]
 async fn split_plan_sends_prefill_then_decode_with_the_handoff() {
     let fake = scripted(200, 200);
-    let (out, trace, _) = go(&fake, &plan(Some("p0"), false), 1).await;
+    let (out, trace, _) = go(&fake, &plan(true, false), 1).await;
     assert!(matches!(out, Outcome::Final(r) if r.body == "decoded"));
     assert_eq!(trace.probe, None);
     let legs = fake.legs.lock().unwrap();
     assert_eq!(
-        legs.iter()
-            .map(|l| (l.phase, l.target.name.as_str()))
-            .collect::<Vec<_>>(),
-        [(Phase::Prefill, "p0"), (Phase::Decode, "d0")]
+        legs.iter().map(|l| l.phase).collect::<Vec<_>>(),
+        [Phase::Prefill, Phase::Decode]
     );
     assert!(legs.iter().all(|l| l.headers.is_empty()), "no header added");
     let decode: serde_json::Value = serde_json::from_slice(&legs[1].body).unwrap();
@@ -129,7 +129,7 @@ async fn split_plan_sends_prefill_then_decode_with_the_handoff() {
 async fn shared_storage_sends_the_flags_and_needs_nothing_from_the_prefill_answer() {
     let shared = Plan {
         kv_connector: KvConnector::SharedStorage,
-        ..plan(Some("p0"), false)
+        ..plan(true, false)
     };
     // The prefill answers with NIXL-style params (ignored) or none at all (fine).
     for body in [None, Some(&br#"{"choices":[{"text":"x"}]}"#[..])] {
@@ -163,7 +163,7 @@ async fn shared_storage_sends_the_flags_and_needs_nothing_from_the_prefill_answe
     let (req, _) = request(1);
     let err = run(
         &fake,
-        &plan(Some("p0"), false),
+        &plan(true, false),
         &req,
         &HeaderMap::new(),
         &ForwardRules::default(),
@@ -171,20 +171,24 @@ async fn shared_storage_sends_the_flags_and_needs_nothing_from_the_prefill_answe
     )
     .await
     .unwrap_err();
-    assert!(err.to_string().contains("no `kv_transfer_params`"), "{err}");
+    assert_eq!(
+        err.to_string(),
+        "prefill endpoint p0 answered without a KV handoff: prefill response has no `kv_transfer_params`",
+        "the error names the endpoint the prefill answer came from"
+    );
 }
 
 #[tokio::test]
 async fn failed_prefill_sends_no_decode_and_n_above_one_runs_aggregated() {
     let fake = scripted(409, 200);
-    let (out, _, _) = go(&fake, &plan(Some("p0"), false), 1).await;
+    let (out, _, _) = go(&fake, &plan(true, false), 1).await;
     assert!(
-        matches!(out, Outcome::Rejected { phase: Phase::Prefill, response: r, .. } if r.status == 409)
+        matches!(out, Outcome::Rejected { phase: Phase::Prefill, response: r } if r.status == 409 && r.served == "p0")
     );
     assert_eq!(fake.legs.lock().unwrap().len(), 1);
 
     let fake = scripted(200, 200);
-    let (_, _, raw) = go(&fake, &plan(Some("p0"), true), 2).await;
+    let (_, _, raw) = go(&fake, &plan(true, true), 2).await;
     let legs = fake.legs.lock().unwrap();
     assert_eq!(legs.len(), 1, "n > 1: no probe, no prefill");
     assert_eq!(
@@ -193,19 +197,16 @@ async fn failed_prefill_sends_no_decode_and_n_above_one_runs_aggregated() {
     );
 }
 
-fn leg_view(l: &PhaseRequest) -> (Phase, String, bool) {
+/// A leg's phase and whether it is the conditional-decode probe.
+fn leg_view(l: &PhaseRequest) -> (Phase, bool) {
     let prefer = l.headers.get(headers::PREFER).map(|v| v.to_str().unwrap());
-    (
-        l.phase,
-        l.target.name.clone(),
-        prefer == Some("if-available"),
-    )
+    (l.phase, prefer == Some("if-available"))
 }
 
 #[tokio::test]
 async fn conditional_decode_412_goes_on_with_prefill_then_decode() {
     let fake = scripted(200, 412);
-    let (out, trace, raw) = go(&fake, &plan(Some("prefill-router"), true), 1).await;
+    let (out, trace, raw) = go(&fake, &plan(true, true), 1).await;
     assert!(matches!(out, Outcome::Final(r) if r.body == "decoded"));
     assert_eq!(trace.probe, Some(Probe::Deferred));
     assert!(trace.prefill_ran);
@@ -213,9 +214,9 @@ async fn conditional_decode_412_goes_on_with_prefill_then_decode() {
     assert_eq!(
         legs.iter().map(leg_view).collect::<Vec<_>>(),
         [
-            (Phase::Decode, "d0".into(), true),
-            (Phase::Prefill, "prefill-router".into(), false),
-            (Phase::Decode, "d0".into(), false),
+            (Phase::Decode, true),
+            (Phase::Prefill, false),
+            (Phase::Decode, false),
         ]
     );
     assert_eq!(
@@ -232,7 +233,7 @@ async fn conditional_decode_other_answers_end_the_pipeline() {
         (400, Probe::Error),
     ] {
         let fake = scripted(200, status);
-        let (out, trace, _) = go(&fake, &plan(Some("p0"), true), 1).await;
+        let (out, trace, _) = go(&fake, &plan(true, true), 1).await;
         assert!(matches!(out, Outcome::Final(r) if r.status == status && r.body == "probe"));
         assert_eq!(trace.probe, Some(probe));
         assert_eq!(
@@ -241,9 +242,9 @@ async fn conditional_decode_other_answers_end_the_pipeline() {
             "{status}: no prefill leg"
         );
     }
-    // Not conditional, or no prefill target: no probe at all.
+    // Not conditional, or a plan that does not split: no probe at all.
     let fake = scripted(200, 412);
-    let (_, trace, _) = go(&fake, &plan(None, true), 1).await;
+    let (_, trace, _) = go(&fake, &plan(false, true), 1).await;
     assert_eq!(trace.probe, None);
     assert_eq!(
         fake.legs
@@ -252,7 +253,7 @@ async fn conditional_decode_other_answers_end_the_pipeline() {
             .iter()
             .map(leg_view)
             .collect::<Vec<_>>(),
-        [(Phase::Aggregated, "d0".into(), false)]
+        [(Phase::Aggregated, false)]
     );
 }
 
@@ -269,7 +270,7 @@ async fn the_412_revision_reaches_prefill_and_decode_and_its_absence_constrains_
         probe_revision: Some("revision-b"),
         ..scripted(200, 412)
     };
-    let (_, trace, _) = go(&fake, &plan(Some("p0"), true), 1).await;
+    let (_, trace, _) = go(&fake, &plan(true, true), 1).await;
     assert_eq!(trace.captured[headers::DISAGG_REVISION], "revision-b");
     {
         let legs = fake.legs.lock().unwrap();
@@ -285,7 +286,7 @@ async fn the_412_revision_reaches_prefill_and_decode_and_its_absence_constrains_
         );
     }
     let fake = scripted(200, 412);
-    let (_, trace, _) = go(&fake, &plan(Some("p0"), true), 1).await;
+    let (_, trace, _) = go(&fake, &plan(true, true), 1).await;
     assert!(trace.captured.is_empty());
     assert!(fake
         .legs
@@ -308,11 +309,11 @@ async fn an_unavailable_prefill_follows_the_policy_and_another_failure_is_the_re
         };
         let plan = Plan {
             prefill_fallback: fallback,
-            ..plan(Some("p0"), false)
+            ..plan(true, false)
         };
         (fake, plan)
     };
-    // Aggregated: the decode target runs the client body as one leg; the reason is kept.
+    // Aggregated: one leg runs the client body; the reason is kept.
     let (fake, p) = run_with(PrefillFallback::Aggregated, unavailable.clone());
     let mut trace = Trace::default();
     let out = run(&fake, &p, &req, &HeaderMap::new(), &rules, &mut trace).await;
@@ -323,13 +324,7 @@ async fn an_unavailable_prefill_follows_the_policy_and_another_failure_is_the_re
     );
     assert!(!trace.prefill_ran);
     let legs: Vec<_> = fake.legs.lock().unwrap().iter().map(leg_view).collect();
-    assert_eq!(
-        legs,
-        [
-            (Phase::Prefill, "p0".into(), false),
-            (Phase::Aggregated, "d0".into(), false)
-        ]
-    );
+    assert_eq!(legs, [(Phase::Prefill, false), (Phase::Aggregated, false)]);
     assert_eq!(fake.legs.lock().unwrap()[1].body, raw);
     // Fail: no decode leg, a PrefillUnavailable error.
     let (fake, p) = run_with(PrefillFallback::Fail, unavailable);
@@ -366,4 +361,21 @@ fn prefill_fallback_parses_its_two_values_and_names_a_bad_one() {
         Err("`maybe` is not a prefill fallback: use `aggregated` or `fail`".into())
     );
     assert_eq!(PrefillFallback::default(), PrefillFallback::Aggregated);
+}
+
+#[tokio::test]
+async fn a_per_role_routers_one_leg_names_its_own_phase_and_carries_the_client_body() {
+    // A coordinator sent this router one prefill leg: the plan does not split and its one
+    // leg is the router's phase, with the body as it came (no rewrite after the fact).
+    let fake = scripted(200, 200);
+    let one_leg = Plan {
+        one_leg: Phase::Prefill,
+        ..plan(false, false)
+    };
+    let (out, trace, raw) = go(&fake, &one_leg, 1).await;
+    assert!(matches!(out, Outcome::Final(r) if r.served == "p0" && r.status == 200));
+    assert!(!trace.prefill_ran, "no handoff was relayed");
+    let legs = fake.legs.lock().unwrap();
+    assert_eq!(legs.len(), 1);
+    assert_eq!((legs[0].phase, legs[0].body.clone()), (Phase::Prefill, raw));
 }

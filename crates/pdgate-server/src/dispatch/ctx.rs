@@ -23,17 +23,6 @@ pub enum Slot {
     Main,
 }
 
-impl Slot {
-    /// The slot of a leg of `phase` (encode legs have none: they are booked apart).
-    pub fn of(phase: Phase) -> Option<Slot> {
-        match phase {
-            Phase::Prefill => Some(Slot::Prefill),
-            Phase::Decode | Phase::Aggregated => Some(Slot::Main),
-            Phase::Encode => None,
-        }
-    }
-}
-
 /// What is known of one phase.
 #[derive(Debug, Default)]
 pub struct PhaseRecord {
@@ -87,6 +76,22 @@ impl RequestContext {
         }
         RequestContext {
             state: Mutex::new(state),
+        }
+    }
+
+    /// The slot a leg of `phase` fills: the main slot when it is the phase planned there (a
+    /// per-role router's own phase — `Prefill`, `Encode` — runs in the main slot, as the
+    /// leg whose answer the client gets); else `Prefill` for prefill, the main slot for
+    /// decode and aggregated legs; `None` for the encode step's legs, which the dispatcher
+    /// schedules itself.
+    pub fn slot_for(&self, phase: Phase) -> Option<Slot> {
+        if self.phase(Slot::Main) == Some(phase) {
+            return Some(Slot::Main);
+        }
+        match phase {
+            Phase::Prefill => Some(Slot::Prefill),
+            Phase::Decode | Phase::Aggregated => Some(Slot::Main),
+            Phase::Encode => None,
         }
     }
 

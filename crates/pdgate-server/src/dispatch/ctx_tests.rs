@@ -92,9 +92,26 @@ fn a_replaced_pick_ends_the_old_booking_and_a_dropped_context_ends_all() {
 }
 
 #[test]
-fn slots_follow_phases() {
-    assert_eq!(Slot::of(Phase::Prefill), Some(Slot::Prefill));
-    assert_eq!(Slot::of(Phase::Decode), Some(Slot::Main));
-    assert_eq!(Slot::of(Phase::Aggregated), Some(Slot::Main));
-    assert_eq!(Slot::of(Phase::Encode), None);
+fn each_leg_finds_the_slot_of_its_phase() {
+    use Phase::*;
+    let slots =
+        |ctx: &RequestContext| [Prefill, Decode, Aggregated, Encode].map(|p| ctx.slot_for(p));
+    // A split request (or a coordinator of routers: no picks): prefill in its slot, the
+    // probe, decode and a fallback's aggregated leg in the main one, encode legs nowhere.
+    let s = snapshot(&[("p0", "prefill"), ("d0", "decode")]);
+    let split = RequestContext::new(Some(schedule(&s, None)), true);
+    let expected = [
+        Some(Slot::Prefill),
+        Some(Slot::Main),
+        Some(Slot::Main),
+        None,
+    ];
+    assert_eq!(slots(&split), expected);
+    assert_eq!(slots(&RequestContext::new(None, true)), expected);
+    // A per-role router's own phase is the leg the client gets: the main slot.
+    for (profile, phase) in [("prefill", Prefill), ("decode", Decode)] {
+        let one = RequestContext::new(Some(schedule(&s, Some(profile))), false);
+        assert_eq!(one.phase(Slot::Main), Some(phase), "{profile}");
+        assert_eq!(one.slot_for(phase), Some(Slot::Main), "{profile}");
+    }
 }

@@ -1,6 +1,7 @@
 //! [`EngineDispatch`]: the [`Dispatcher`] that sends each leg straight to the engine the
-//! scheduler picked. The scheduler's `ResponseHeader` hooks run on the head of the endpoint
-//! that served; encode legs are scheduled per item; a failing leg is retried on another
+//! scheduler picked for its phase (the pick in the request's [`RequestContext`]). The
+//! scheduler's `ResponseHeader` hooks run on the head of the endpoint that served; the
+//! encode step's legs are scheduled per item; a failing leg is retried on another
 //! endpoint of the same phase and revision as the failure rule says ([`failure::rule`]),
 //! with the [`RetryPolicy`]'s budget and backoff, never when the phase is pinned. Every leg's
 //! endpoint, booking and status go into the request's [`RequestContext`].
@@ -20,9 +21,6 @@ use pdgate_coordinator::{
 };
 use pdgate_scheduler::{Endpoint, Pick, SchedulingRequest};
 use tokio::time::Instant;
-
-/// Target name of in-process encode legs: the dispatcher picks an encode endpoint per leg.
-pub const LOCAL_ENCODE: &str = "encode";
 
 /// The dispatch target of a pick: the endpoint's name, address, revision and DP rank.
 pub fn target(p: &Pick) -> Target {
@@ -114,12 +112,13 @@ impl<'a> EngineDispatch<'a> {
         let breakers = &self.state.breakers;
         let now = Instant::now();
         let avoid = |e: &Endpoint| breakers.is_open(&e.name, now);
-        let profile = self
-            .state
-            .scheduler
-            .profile_for(Phase::Encode)
-            .unwrap_or(LOCAL_ENCODE)
-            .to_string();
+        let Some(profile) = self.state.scheduler.profile_for(Phase::Encode) else {
+            return Err(DispatchError::unscheduled(
+                503,
+                "the config has no profile for the encode phase",
+            ));
+        };
+        let profile = profile.to_string();
         let mut pick = self.pick(
             &profile,
             &leg.headers,
@@ -127,10 +126,10 @@ impl<'a> EngineDispatch<'a> {
             &avoid,
         )?;
         pick.phase = Phase::Encode;
-        leg.target = target(&pick);
-        engine_headers(&mut leg);
+        let to = target(&pick);
+        engine_headers(&mut leg, &to);
         let t = self.state.timeouts.for_leg(false);
-        let sent = leg_send::send(self.state, &leg, t).await;
+        let sent = leg_send::send(self.state, &leg, &to, t).await;
         let mut resp = sent?;
         self.stamp(&pick, &mut resp);
         if (200..300).contains(&resp.status) {
@@ -147,23 +146,24 @@ impl<'a> EngineDispatch<'a> {
         slot: Slot,
     ) -> Result<PhaseResponse<LegBody>, DispatchError> {
         let Some(mut pick) = self.ctx.with(slot, |r| r.pick.take()) else {
-            // No scheduled pick for this leg (cannot happen with a local plan): send once.
-            return leg_send::send(self.state, &leg, self.timeouts(leg.phase)).await;
+            // The plan and the picks come from one scheduling result: a leg without a pick
+            // is a planning defect, answered as "no endpoint" rather than sent anywhere.
+            let phase = leg.phase.as_str();
+            return Err(DispatchError::unscheduled(
+                503,
+                format!("no endpoint was picked for the {phase} phase"),
+            ));
         };
-        // Metrics and timeouts name the phase the endpoint runs: a per-role router's own phase
-        // (its pick's), except a planned split that runs aggregated (prefill unavailable).
-        let split_planned = self.ctx.with(Slot::Prefill, |r| r.phase.is_some());
-        if slot == Slot::Main && !(split_planned && leg.phase == Phase::Aggregated) {
-            leg.phase = pick.phase;
-        }
+        let mut to = target(&pick);
+        engine_headers(&mut leg, &to);
         let policy = self.state.retry;
         let breakers = &self.state.breakers;
-        let revision = leg.target.revision.clone();
+        let revision = to.revision.clone();
         let mut failed: Vec<String> = Vec::new();
         let mut attempt = 1;
         let t = self.timeouts(leg.phase);
         loop {
-            let name = &leg.target.name;
+            let name = &to.name;
             let admission = breakers.admit(name, Instant::now());
             let result = match admission {
                 // Opened since scheduling: do not send; try elsewhere.
@@ -172,7 +172,7 @@ impl<'a> EngineDispatch<'a> {
                     name,
                     "circuit breaker open",
                 )),
-                _ => leg_send::send(self.state, &leg, t).await,
+                _ => leg_send::send(self.state, &leg, &to, t).await,
             };
             let event = match &result {
                 Ok(r) => LegEvent::Answered(r.status),
@@ -185,19 +185,20 @@ impl<'a> EngineDispatch<'a> {
                 BreakerEffect::Neutral => None,
             };
             if let Some(o) = outcome {
-                breakers.record(&leg.target.name, o, Instant::now());
+                breakers.record(&to.name, o, Instant::now());
             }
             if let LegEvent::Answered(status @ 500..) = event {
                 leg_send::count_failure(
                     self.state,
-                    &leg,
+                    leg.phase,
+                    &to.name,
                     FailureKind::Status(status),
                     &format!("answered {status}"),
                 );
             }
             drop(admission);
             if verdict.retry && policy.may_retry(attempt, pick.pinned, false) {
-                failed.push(leg.target.name.clone());
+                failed.push(to.name.clone());
                 let now = Instant::now();
                 let avoid = |e: &Endpoint| {
                     failed.contains(&e.name)
@@ -216,14 +217,14 @@ impl<'a> EngineDispatch<'a> {
                     if crate::log_limit::allow(&crate::log_limit::RETRIES) {
                         tracing::info!(
                             phase = leg.phase.as_str(),
-                            from = %leg.target.name,
+                            from = %to.name,
                             to = %next.endpoint.endpoint.name,
                             attempt,
                             "retrying the leg on another endpoint"
                         );
                     }
-                    leg.target = target(&next);
-                    engine_headers(&mut leg);
+                    to = target(&next);
+                    engine_headers(&mut leg, &to);
                     // The failed endpoint's booking ends here (uncompleted); the next one's
                     // starts.
                     pick = next;
@@ -231,22 +232,25 @@ impl<'a> EngineDispatch<'a> {
                     continue;
                 }
             }
-            return self.finish(slot, leg, pick, attempt, result, verdict).await;
+            return self
+                .finish(slot, leg.phase, to, pick, attempt, result, verdict)
+                .await;
         }
     }
 
-    /// Records the leg's last try (its target is the endpoint tried last, its phase the one
-    /// that endpoint ran) in the context and turns an engine 5xx into an error.
+    /// Records the leg's last try (`served`: the endpoint tried last, running `phase`) in the
+    /// context and turns an engine 5xx into an error.
+    #[allow(clippy::too_many_arguments)]
     async fn finish(
         &self,
         slot: Slot,
-        leg: PhaseRequest,
+        phase: Phase,
+        served: Target,
         pick: Pick,
         attempts: u32,
         result: Result<PhaseResponse<LegBody>, DispatchError>,
         verdict: failure::Verdict,
     ) -> Result<PhaseResponse<LegBody>, DispatchError> {
-        let (served, phase) = (leg.target, leg.phase);
         let status = result.as_ref().ok().map(|r| r.status);
         let result = match result {
             Ok(resp) if matches!(verdict.client, ClientSees::Status(_)) => {
@@ -287,15 +291,10 @@ impl<'a> EngineDispatch<'a> {
 impl Dispatcher for EngineDispatch<'_> {
     type Body = LegBody;
 
-    async fn dispatch(
-        &self,
-        mut leg: PhaseRequest,
-    ) -> Result<PhaseResponse<LegBody>, DispatchError> {
-        if leg.phase == Phase::Encode && leg.target.name == LOCAL_ENCODE {
-            return self.dispatch_encode(leg).await;
-        }
-        engine_headers(&mut leg);
-        match Slot::of(leg.phase) {
+    async fn dispatch(&self, leg: PhaseRequest) -> Result<PhaseResponse<LegBody>, DispatchError> {
+        match self.ctx.slot_for(leg.phase) {
+            // The encode step's legs: one pick per item.
+            None => self.dispatch_encode(leg).await,
             Some(Slot::Prefill) => {
                 let answer = self.dispatch_with_retries(leg, Slot::Prefill).await;
                 // The prefill engine's work ends with its answer (a non-streamed prefill
@@ -305,7 +304,6 @@ impl Dispatcher for EngineDispatch<'_> {
                 answer
             }
             Some(slot) => self.dispatch_with_retries(leg, slot).await,
-            None => leg_send::send(self.state, &leg, self.timeouts(leg.phase)).await,
         }
     }
 
@@ -316,14 +314,14 @@ impl Dispatcher for EngineDispatch<'_> {
 
 /// Headers of an engine leg: the client's routing hints are the router's, not the engine's
 /// (removed), and the engine's data-parallel rank header (vLLM `X-data-parallel-rank`) is
-/// the leg endpoint's rank, or absent when it has none.
-fn engine_headers(leg: &mut PhaseRequest) {
+/// the rank of `to` (the leg's endpoint), or absent when it has none.
+fn engine_headers(leg: &mut PhaseRequest, to: &Target) {
     // The hint headers, but `x-session-id`, which engines may use.
     crate::header_scan::remove_where(&mut leg.headers, |n| {
         n != headers::SESSION_ID && pdgate_api::hints::HINT_HEADERS.contains(&n)
     });
     // (`x-data-parallel-rank` is one of them: set again from the target.)
-    if let Some(r) = leg.target.dp_rank {
+    if let Some(r) = to.dp_rank {
         leg.headers
             .insert(headers::DATA_PARALLEL_RANK, HeaderValue::from(r));
     }

@@ -10,7 +10,7 @@ use bytes::Bytes;
 use http::Method;
 use http_body_util::BodyExt;
 use pdgate_api::{InferenceRequest, Phase};
-use pdgate_coordinator::{DispatchError, FailureKind, PhaseRequest, PhaseResponse};
+use pdgate_coordinator::{DispatchError, FailureKind, PhaseRequest, PhaseResponse, Target};
 use std::time::Instant;
 
 /// The bounds of a leg of `phase` for `req`: decode and aggregated legs of a streaming
@@ -21,16 +21,18 @@ pub fn timeouts_for(state: &AppState, req: &InferenceRequest, phase: Phase) -> L
     state.timeouts.for_leg(streamed)
 }
 
-/// Sends `leg` (POST, JSON) to its target within `t`, and counts it.
+/// Sends `leg` (POST, JSON) to `target` within `t`, and counts it. The response names
+/// `target` as who served.
 ///
 /// Errors: as [`crate::dispatch::upstream::Upstream::send`].
 pub async fn send(
     state: &AppState,
     leg: &PhaseRequest,
+    target: &Target,
     t: LegTimeouts,
 ) -> Result<PhaseResponse<LegBody>, DispatchError> {
     let started = Instant::now();
-    let uri = format!("http://{}{}", leg.target.address, leg.api.path());
+    let uri = format!("http://{}{}", target.address, leg.api.path());
     let mut headers = leg.headers.clone();
     headers.insert(
         http::header::CONTENT_TYPE,
@@ -39,7 +41,7 @@ pub async fn send(
     let result = state
         .upstream
         .send(
-            &leg.target.name,
+            &target.name,
             Method::POST,
             uri,
             headers,
@@ -60,23 +62,30 @@ pub async fn send(
         }
         Err(e) => {
             state.metrics.count_phase(phase, "error");
-            count_failure(state, leg, e.kind, &e.to_string());
+            count_failure(state, leg.phase, &target.name, e.kind, &e.to_string());
         }
     }
     result
 }
 
 /// Counts (`pdgate_upstream_failures_total{phase, kind}`) and logs (rate-limited) one failed
-/// try of `leg`: no usable response, or a 5xx answer (`kind` = `Status`).
-pub fn count_failure(state: &AppState, leg: &PhaseRequest, kind: FailureKind, error: &str) {
-    let (phase, kind) = (leg.phase.as_str(), failure::kind_label(kind));
+/// try of a `phase` leg on `endpoint`: no usable response, or a 5xx answer (`kind` =
+/// `Status`).
+pub fn count_failure(
+    state: &AppState,
+    phase: Phase,
+    endpoint: &str,
+    kind: FailureKind,
+    error: &str,
+) {
+    let (phase, kind) = (phase.as_str(), failure::kind_label(kind));
     state
         .metrics
         .upstream_failures
         .with_label_values(&[phase, kind])
         .inc();
     if crate::log_limit::allow(&crate::log_limit::UPSTREAM_FAILURES) {
-        tracing::warn!(phase, endpoint = %leg.target.name, kind, error, "upstream leg failed");
+        tracing::warn!(phase, endpoint, kind, error, "upstream leg failed");
     }
 }
 

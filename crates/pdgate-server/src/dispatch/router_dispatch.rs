@@ -4,15 +4,16 @@
 //! as they are; the endpoint each router names in its served-by headers goes into the
 //! request's [`RequestContext`].
 
-use crate::dispatch::ctx::{RequestContext, Slot};
+use crate::dispatch::ctx::RequestContext;
 use crate::dispatch::leg_body::LegBody;
 use crate::dispatch::leg_send;
+use crate::dispatch::phase_routers::PhaseRouters;
 use crate::failure::{self, LegEvent};
 use crate::state::AppState;
 use bytes::Bytes;
 use http::HeaderValue;
 use pdgate_api::{headers, InferenceRequest, Phase};
-use pdgate_coordinator::{DispatchError, Dispatcher, PhaseRequest, PhaseResponse};
+use pdgate_coordinator::{DispatchError, Dispatcher, PhaseRequest, PhaseResponse, Target};
 
 /// Wait before resending a leg a per-role router refused with 503: per-role routers apply
 /// endpoint changes independently (each polls the source), so for a moment after a change one
@@ -22,14 +23,31 @@ pub const ROUTER_RESYNC_WAIT: std::time::Duration = std::time::Duration::from_mi
 /// The per-role-router [`Dispatcher`] of one request.
 pub struct RouterDispatch<'a> {
     state: &'a AppState,
+    routers: Option<&'a PhaseRouters>,
     ctx: &'a RequestContext,
     req: &'a InferenceRequest,
 }
 
 impl<'a> RouterDispatch<'a> {
-    /// A dispatcher for `req` recording into `ctx`.
+    /// A dispatcher for `req` recording into `ctx`, resolving each leg's router from the
+    /// state's [`PhaseRouters`] by its phase.
     pub fn new(state: &'a AppState, ctx: &'a RequestContext, req: &'a InferenceRequest) -> Self {
-        RouterDispatch { state, ctx, req }
+        let routers = state.routers.as_ref();
+        RouterDispatch {
+            state,
+            routers,
+            ctx,
+            req,
+        }
+    }
+}
+
+/// The router of a leg's phase; `None` for an encode leg without an encode router.
+fn router_of(routers: &PhaseRouters, phase: Phase) -> Option<&Target> {
+    match phase {
+        Phase::Prefill => Some(&routers.prefill),
+        Phase::Decode | Phase::Aggregated => Some(&routers.decode),
+        Phase::Encode => routers.encode.as_ref(),
     }
 }
 
@@ -52,6 +70,15 @@ impl Dispatcher for RouterDispatch<'_> {
         &self,
         mut leg: PhaseRequest,
     ) -> Result<PhaseResponse<LegBody>, DispatchError> {
+        let router = self.routers.and_then(|r| router_of(r, leg.phase));
+        let Some(router) = router else {
+            // The plan has an encode step only with an encode router (planning defect).
+            let phase = leg.phase.as_str();
+            return Err(DispatchError::unscheduled(
+                503,
+                format!("no router is configured for the {phase} phase"),
+            ));
+        };
         leg.headers.insert(
             headers::EPP_PROFILE,
             HeaderValue::from_static(profile(leg.phase)),
@@ -68,11 +95,11 @@ impl Dispatcher for RouterDispatch<'_> {
         let t = leg_send::timeouts_for(self.state, self.req, leg.phase);
         let resend = matches!(leg.phase, Phase::Prefill | Phase::Decode)
             && !leg.headers.contains_key(headers::PREFER);
-        let mut result = leg_send::send(self.state, &leg, t).await;
+        let mut result = leg_send::send(self.state, &leg, router, t).await;
         let mut attempts = 1;
         if resend && result.as_ref().is_ok_and(|r| r.status == 503) {
             if let Ok(first) = result {
-                let _ = leg_send::collect(&leg.target.name, first.body).await;
+                let _ = leg_send::collect(&router.name, first.body).await;
             }
             tokio::time::sleep(ROUTER_RESYNC_WAIT).await;
             self.state
@@ -81,9 +108,9 @@ impl Dispatcher for RouterDispatch<'_> {
                 .with_label_values(&[leg.phase.as_str()])
                 .inc();
             attempts += 1;
-            result = leg_send::send(self.state, &leg, t).await;
+            result = leg_send::send(self.state, &leg, router, t).await;
         }
-        if let Some(slot) = Slot::of(leg.phase) {
+        if let Some(slot) = self.ctx.slot_for(leg.phase) {
             self.ctx.with(slot, |r| {
                 r.phase = Some(leg.phase);
                 r.attempts = attempts;

@@ -4,7 +4,7 @@
 use crate::dispatch::ctx::{RequestContext, Slot};
 use http::{HeaderMap, HeaderName, HeaderValue};
 use pdgate_api::{headers, Phase};
-use pdgate_coordinator::{Target, Trace};
+use pdgate_coordinator::{Probe, Target, Trace};
 
 /// The endpoint that served one phase.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -82,7 +82,8 @@ impl Served {
             })
         };
         let (prefill_phase, prefill, _) = view(Slot::Prefill);
-        let (main_phase, main, main_status) = view(Slot::Main);
+        let (_, main, main_status) = view(Slot::Main);
+        let main_phase = main_phase(ctx, trace);
         let answered = main_status.is_some();
         if trace.prefill_ran {
             return Served {
@@ -127,6 +128,16 @@ impl Served {
         if let Some(mode) = self.mode {
             h.insert(MODE, HeaderValue::from_static(mode));
         }
+    }
+}
+
+/// The phase the main slot's endpoint ran: the phase of the leg it was sent (recorded in
+/// `ctx` by the dispatcher), except that a served conditional-decode probe — a `Decode`
+/// leg — ran the whole request (`Aggregated`, per `trace`).
+pub fn main_phase(ctx: &RequestContext, trace: &Trace) -> Option<Phase> {
+    match trace.probe {
+        Some(Probe::Served) => Some(Phase::Aggregated),
+        _ => ctx.phase(Slot::Main),
     }
 }
 

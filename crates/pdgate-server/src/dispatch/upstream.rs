@@ -116,6 +116,7 @@ impl Upstream {
             LegBody::full(read_whole(endpoint, body, t.body, left, max_bytes).await?)
         };
         Ok(PhaseResponse {
+            served: endpoint.to_string(),
             status: parts.status.as_u16(),
             headers: parts.headers,
             body,

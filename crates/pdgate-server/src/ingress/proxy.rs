@@ -1,8 +1,8 @@
 //! The inference handlers: ingress → scheduling (or, as a coordinator of per-role routers,
-//! a plan naming them) → [`crate::respond::forward`] (design.md §2).
+//! a plan whose legs go to them) → [`crate::respond::forward`] (design.md §2).
 
 use crate::dispatch::ctx::RequestContext;
-use crate::dispatch::engine_dispatch::{self, EngineDispatch};
+use crate::dispatch::engine_dispatch::EngineDispatch;
 use crate::dispatch::router_dispatch::RouterDispatch;
 use crate::errors::ApiError;
 use crate::header_scan::HeaderNames;
@@ -13,8 +13,8 @@ use crate::state::AppState;
 use axum::body::Body;
 use axum::response::Response;
 use http::{HeaderMap, HeaderValue, StatusCode};
-use pdgate_api::{headers, ApiKind, InferenceRequest};
-use pdgate_coordinator::{PipelineError, Plan, PrefillFallback, Target};
+use pdgate_api::{headers, ApiKind, InferenceRequest, Phase};
+use pdgate_coordinator::{PipelineError, Plan, PrefillFallback};
 use pdgate_core::intake::{self, Caller, Intake};
 use std::sync::Arc;
 
@@ -95,9 +95,9 @@ fn profile_header<'h>(
     )
 }
 
-/// The in-process encode target when this router can run an encode step: its config has
-/// an `encode` profile and some schedulable endpoint has an encode role.
-fn local_encode(state: &AppState, snapshot: &pdgate_scheduler::Snapshot) -> Option<Target> {
+/// True when this router can run an encode step itself: its config has an `encode` profile
+/// and some schedulable endpoint has an encode role.
+fn can_encode(state: &AppState, snapshot: &pdgate_scheduler::Snapshot) -> bool {
     let has_profile = state
         .scheduler
         .profile_for(pdgate_api::Phase::Encode)
@@ -106,12 +106,7 @@ fn local_encode(state: &AppState, snapshot: &pdgate_scheduler::Snapshot) -> Opti
         .endpoints
         .iter()
         .any(|e| e.endpoint.schedulable() && e.endpoint.role.is_some_and(|r| r.can_encode()));
-    (has_profile && has_encoder).then(|| Target {
-        name: engine_dispatch::LOCAL_ENCODE.into(),
-        address: String::new(),
-        revision: None,
-        dp_rank: None,
-    })
+    has_profile && has_encoder
 }
 
 /// The router's role for one request, decided once at ingress.
@@ -223,7 +218,7 @@ async fn pre_steps(
 }
 
 /// The coordinator of per-role routers: the client's request cleaned and pre-stepped, then a
-/// plan naming the routers (they schedule).
+/// plan of the phases, each sent to its phase's router (they schedule).
 async fn plan_coordinator(
     state: &AppState,
     mut i: Ingressed<'_>,
@@ -240,9 +235,9 @@ async fn plan_coordinator(
     i.upstream_headers
         .insert(headers::REVISION_DECISION_ID, decision_id());
     let plan = Plan {
-        prefill: Some(routers.prefill.clone()),
-        decode: routers.decode.clone(),
-        encode: routers.encode.clone(),
+        split: true,
+        one_leg: Phase::Aggregated,
+        encode: routers.encode.is_some(),
         conditional: routers.conditional_decode,
         prefill_fallback: state.prefill_fallback,
         kv_connector: state.kv_connector,
@@ -262,7 +257,8 @@ async fn plan_coordinator(
 }
 
 /// A scheduling router (the whole request, or one phase leg for a coordinator): the one
-/// intake of both fronts ([`intake::route`]) picks, then a plan naming the picked endpoints.
+/// intake of both fronts ([`intake::route`]) picks, then a plan of the phases to run (the
+/// dispatcher sends each to its pick in the request context).
 async fn plan_router(
     state: &AppState,
     mut i: Ingressed<'_>,
@@ -298,18 +294,16 @@ async fn plan_router(
     }
     let result = routed.result;
     let plan = Plan {
-        prefill: result.prefill.as_ref().map(engine_dispatch::target),
-        decode: engine_dispatch::target(&result.decode),
+        split: routed.split,
+        // A per-role router's one leg is the phase its pick runs (a coordinator's leg).
+        one_leg: result.decode.phase,
         // A per-role router (profile header) forwards the body it got; only a router that
         // runs the whole request runs its encode step, unless the encode decider said no.
-        encode: match profile {
-            Some(_) => None,
-            None => local_encode(state, &routed.snapshot).filter(|_| {
-                pdgate_scheduler::plugins::disagg_profile_handler::encode_decision(
-                    result.decode.guard.state(),
-                ) != Some(false)
-            }),
-        },
+        encode: profile.is_none()
+            && can_encode(state, &routed.snapshot)
+            && pdgate_scheduler::plugins::disagg_profile_handler::encode_decision(
+                result.decode.guard.state(),
+            ) != Some(false),
         conditional: false,
         prefill_fallback: state.prefill_fallback,
         kv_connector: state.kv_connector,

@@ -6,7 +6,7 @@
 use crate::dispatch::ctx::{RequestContext, Slot};
 use crate::dispatch::leg_body::LegBody;
 use crate::dispatch::leg_send;
-use crate::dispatch::served::Served;
+use crate::dispatch::served::{self, Served};
 use crate::errors::ApiError;
 use crate::respond::body::{ResponseBody, StreamReport};
 use crate::state::AppState;
@@ -16,7 +16,7 @@ use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, StatusCode};
 use pdgate_api::{headers, InferenceRequest, Phase};
 use pdgate_coordinator::{
-    header_rules, Dispatcher, Outcome, PhaseResponse, PipelineError, Plan, Probe, Trace,
+    header_rules, Dispatcher, Outcome, PhaseResponse, PipelineError, Plan, Trace,
 };
 pub use pdgate_core::errors::{reason_header, FALLBACK_REASON};
 pub use pdgate_core::sse::is_event_stream;
@@ -79,18 +79,13 @@ pub async fn forward<D: Dispatcher<Body = LegBody>>(
             .with_label_values(&[p.as_str()])
             .inc();
     }
-    if trace.probe == Some(Probe::Served) {
-        // A served probe: the decode endpoint ran the whole request (the dispatchers record
-        // the phase of the leg they sent, here `Decode`).
-        ctx.with(Slot::Main, |r| r.phase = Some(Phase::Aggregated));
-    }
     report_fallback(state, &trace, &outcome);
     // The prefill leg is over either way: release its booking now, not at end of stream.
     ctx.finish_prefill();
     let served = Served::of(ctx, &trace);
     let ok = matches!(&outcome, Ok(Outcome::Final(r)) if (200..300).contains(&r.status));
     if ok {
-        if trace.prefill_ran || ctx.phase(Slot::Main) == Some(Phase::Aggregated) {
+        if trace.prefill_ran || served::main_phase(ctx, &trace) == Some(Phase::Aggregated) {
             state.metrics.count_pd_decision(trace.prefill_ran);
         }
         if let Some(id) = session_id {
@@ -177,21 +172,22 @@ async fn respond(
         }
         Outcome::Final(r) => r,
     };
-    let endpoint = ctx.served_name(Slot::Main).unwrap_or_default();
     if !(200..300).contains(&resp.status) {
         // An engine's 4xx, or a router's own answer: status and body as they are.
-        let body = leg_send::collect(&endpoint, resp.body)
+        let body = leg_send::collect(&resp.served, resp.body)
             .await
             .map_err(|source| PipelineError::Dispatch {
                 phase: Phase::Decode,
                 source,
             })?;
         return Ok(passthrough(PhaseResponse {
+            served: resp.served,
             status: resp.status,
             headers: resp.headers,
             body: clean(body),
         }));
     }
+    let endpoint = ctx.served_name(Slot::Main).unwrap_or_default();
     if strip_owned && !resp.body.is_streamed() {
         resp.body = LegBody::full(clean(resp.body.into_full().unwrap_or_default()));
     }
