@@ -260,10 +260,11 @@ impl EndpointWatcher for FileWatcher {
                 .unwrap_or_else(|e| Err(e.to_string()));
                 let text = match read {
                     Ok(t) => t,
+                    // At start the flag is named: the file comes from `--endpoints`.
                     Err(message) if self.last.is_none() => {
                         return Some(Err(DiscoveryError {
-                            source_name: name,
-                            message,
+                            source_name: format!("--endpoints: {name}"),
+                            message: format!("cannot read the file: {message}"),
                         }))
                     }
                     Err(e) => {

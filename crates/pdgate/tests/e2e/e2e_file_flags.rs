@@ -174,6 +174,21 @@ fn a_fifo_as_any_config_flag_fails_at_once_instead_of_waiting_for_a_writer() {
 }
 
 #[test]
+fn an_endpoints_file_that_is_not_a_regular_file_is_refused_naming_the_flag() {
+    let fifo = Fifo::new("endpoints");
+    for p in ["/dev/zero", fifo.path()] {
+        let want = format!("error: --endpoints: {p}: cannot read the file: not a regular file\n");
+        let r = run(&refs(&serve(&["--endpoints", p])), LIMIT);
+        assert_refused(&r, &want);
+        let mut args: Vec<String> = EPP.iter().map(|s| s.to_string()).collect();
+        let at = args.iter().position(|a| a == "--endpoint").unwrap();
+        args.splice(at..at + 2, ["--endpoints".to_string(), p.to_string()]);
+        let r = run(&refs(&args), LIMIT);
+        assert_refused(&r, &want);
+    }
+}
+
+#[test]
 fn check_config_refuses_dev_zero_as_one_error() {
     let r = run(&["check-config", "/dev/zero"], LIMIT);
     assert_refused(&r, "");
