@@ -31,15 +31,31 @@ pub struct EppUnderTest {
     pub grpc: SocketAddr,
     /// The gRPC health address.
     pub health: SocketAddr,
-    tasks: Vec<tokio::task::JoinHandle<()>>,
+    _servers: Servers,
 }
 
-impl Drop for EppUnderTest {
+/// An in-process EPP's background tasks (its own and its servers'): aborted when dropped.
+pub struct Servers(pub Vec<tokio::task::JoinHandle<()>>);
+
+impl Drop for Servers {
     fn drop(&mut self) {
-        for t in &self.tasks {
+        for t in &self.0 {
             t.abort();
         }
     }
+}
+
+/// Serves `epp`'s ext_proc on a fresh 127.0.0.1 port, the task joining `servers`: its address.
+pub async fn serve_ext_proc(epp: &Arc<Epp>, servers: &mut Servers) -> SocketAddr {
+    let grpc = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = grpc.local_addr().unwrap();
+    let e = epp.clone();
+    servers.0.push(tokio::spawn(async move {
+        pdgate_epp::service::serve_ext_proc(e, grpc, std::future::pending())
+            .await
+            .unwrap();
+    }));
+    addr
 }
 
 impl EppUnderTest {
@@ -61,25 +77,20 @@ impl EppUnderTest {
 pub async fn epp(endpoints: Vec<Endpoint>, config_yaml: &str) -> EppUnderTest {
     let scheduler = Arc::new(Scheduler::from_yaml(config_yaml, "test config").unwrap());
     let opts = EppOptions::new(scheduler, pdgate_fleet::EndpointSource::Static(endpoints));
-    let (epp, mut tasks) = Epp::start(opts).await.unwrap();
-    let grpc = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let (epp, tasks) = Epp::start(opts).await.unwrap();
+    let mut servers = Servers(tasks);
+    let grpc = serve_ext_proc(&epp, &mut servers).await;
     let health = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let (grpc_addr, health_addr) = (grpc.local_addr().unwrap(), health.local_addr().unwrap());
+    let health_addr = health.local_addr().unwrap();
     let e = epp.clone();
-    tasks.push(tokio::spawn(async move {
-        pdgate_epp::service::serve_ext_proc(e, grpc, std::future::pending())
-            .await
-            .unwrap();
-    }));
-    let e = epp.clone();
-    tasks.push(tokio::spawn(async move {
+    servers.0.push(tokio::spawn(async move {
         pdgate_epp::service::serve_health(e, health).await.unwrap();
     }));
     EppUnderTest {
         epp,
-        grpc: grpc_addr,
+        grpc,
         health: health_addr,
-        tasks,
+        _servers: servers,
     }
 }
 

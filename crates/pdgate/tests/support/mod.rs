@@ -8,7 +8,9 @@
 //! [`vllm`] adds a fake vLLM engine with a configurable `/metrics` and `/v1/models`;
 //! [`rollout`] runs the revision rollout and asserts every check; [`real_vllm`] installs and
 //! runs a real vLLM (the CPU build) with a tiny model; [`kv_events`] runs simulators
-//! publishing KV events and routers with the precise prefix index.
+//! publishing KV events and routers with the precise prefix index. [`envoy`] is a stand-in
+//! Envoy for `pdgate epp`; [`limited_epp`] runs an EPP under chosen limits and
+//! [`raw_ext_proc`] drives one of its streams message by message.
 //!
 //! Not every test file uses every helper, hence the module-wide `dead_code` allowance.
 #![allow(dead_code)]
@@ -17,7 +19,9 @@ pub mod envoy;
 pub mod flow;
 pub mod kube;
 pub mod kv_events;
+pub mod limited_epp;
 pub mod process;
+pub mod raw_ext_proc;
 pub mod real_vllm;
 pub mod real_vllm_http;
 pub mod rollout;

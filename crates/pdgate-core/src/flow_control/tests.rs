@@ -1,4 +1,4 @@
-//! Unit tests of `flow_control.rs`.
+//! Unit tests of the flow controller (`flow_control/`).
 
 use super::*;
 
