@@ -14,17 +14,22 @@
 
 mod booking;
 pub mod config;
+pub mod datalayer;
 mod endpoint;
 pub mod error;
 pub mod flow;
 pub mod pins;
 pub mod plugin;
+pub mod plugin_build;
+pub mod plugin_params;
 pub mod plugins;
 pub mod prefix;
 pub mod profile;
 pub mod registry;
 pub mod request;
+mod request_state;
 mod scheduler;
+pub mod token_params;
 
 pub use booking::Booking;
 pub use endpoint::{

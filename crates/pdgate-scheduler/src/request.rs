@@ -1,15 +1,15 @@
 //! The request the scheduler sees, the per-request context plugins read, and the result.
 
 use crate::booking::Booking;
-use crate::endpoint::{EndpointState, Snapshot};
+use crate::endpoint::{Endpoint, EndpointState, Snapshot};
 use crate::error::Rejection;
 use crate::prefix::PrefixSource;
+pub use crate::request_state::RequestState;
 use pdgate_api::hints::RoutingHints;
 use pdgate_api::{Phase, PromptInput};
-use std::any::Any;
 use std::cell::RefCell;
 use std::fmt;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 /// Read access to the request's headers, so that plugins (screeners, session affinity) can
 /// read routing hints without the scheduler depending on an HTTP stack. Names are lowercase.
@@ -56,7 +56,7 @@ pub struct SchedulingRequest<'a> {
     pub session: Option<&'a SessionBinding>,
     /// Endpoints this request must not use (open circuit breakers, endpoints that already
     /// failed it, other revisions on a retry); pinned endpoints are not affected.
-    pub avoid: Option<&'a (dyn Fn(&crate::Endpoint) -> bool + Sync)>,
+    pub avoid: Option<&'a (dyn Fn(&Endpoint) -> bool + Sync)>,
     /// Content hashes of the request's multimodal items (image, audio, video parts), one per
     /// item in request order, duplicates kept: [`pdgate_api::media::MediaItem::key`], computed
     /// once at ingress. Empty for text-only requests (and by default).
@@ -177,43 +177,6 @@ impl fmt::Display for Rejected {
 
 impl std::error::Error for Rejected {}
 
-/// State of one request that outlives `schedule`: the prompt's block hashes per prefix
-/// producer and values plugins keep between hooks (e.g. a screener's draw). Shared by the
-/// request's [`Booking`]s; read by `ResponseHeader` and `RequestAbandoned` hooks.
-pub struct RequestState {
-    hashes: Vec<OnceLock<Vec<u64>>>,
-    values: parking_lot::Mutex<Vec<(&'static str, Box<dyn Any + Send + Sync>)>>,
-}
-
-impl RequestState {
-    fn new(producers: usize) -> Self {
-        RequestState {
-            hashes: (0..producers).map(|_| OnceLock::new()).collect(),
-            values: parking_lot::Mutex::new(Vec::new()),
-        }
-    }
-
-    /// The prompt's block hashes under producer `slot`, if they were computed.
-    pub fn block_hashes(&self, slot: usize) -> Option<&[u64]> {
-        self.hashes.get(slot)?.get().map(Vec::as_slice)
-    }
-
-    /// Stores `value` under `key` (a plugin's name or type), replacing an earlier one.
-    pub fn set<T: Any + Send + Sync>(&self, key: &'static str, value: T) {
-        let mut v = self.values.lock();
-        v.retain(|(k, _)| *k != key);
-        v.push((key, Box::new(value)));
-    }
-
-    /// A clone of the value under `key`, if one of type `T` was stored.
-    pub fn get<T: Any + Clone>(&self, key: &'static str) -> Option<T> {
-        let v = self.values.lock();
-        v.iter()
-            .find(|(k, _)| *k == key)
-            .and_then(|(_, b)| b.downcast_ref::<T>().cloned())
-    }
-}
-
 /// Per-request context shared by all plugins during one `schedule` call.
 ///
 /// Block hashes are computed at most once per prefix producer (lazily, on first use) and
@@ -293,7 +256,7 @@ impl<'a> RequestCtx<'a> {
     /// The chained block hashes of the prompt under `index`'s block size and cap.
     pub fn block_hashes(&self, index: &PrefixSource) -> &[u64] {
         let hasher = index.hasher();
-        match self.state.hashes.get(index.slot()) {
+        match self.state.hash_cell(index.slot()) {
             Some(cell) => cell.get_or_init(|| hasher.hash(self.req.model, self.req.prompt)),
             None => &[],
         }

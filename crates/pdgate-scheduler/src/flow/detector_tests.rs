@@ -1,5 +1,6 @@
 use super::*;
 use crate::endpoint::{Endpoint, EndpointLoad, InFlightGuard};
+use pdgate_api::Role;
 
 fn ep(name: &str, role: Option<Role>) -> Arc<EndpointState> {
     let mut e = Endpoint::new(name, "127.0.0.1:1", Default::default());

@@ -5,7 +5,7 @@
 
 use crate::endpoint::EndpointState;
 use crate::prefix::{BlockHasher, BuildPassThrough};
-use crate::request::RequestState;
+use crate::request_state::RequestState;
 use smallvec::SmallVec;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -4,10 +4,10 @@
 //! walk) or the burst producer's placements (`burst-prefix-cache-producer`). One enum,
 //! resolved once at config load by `BuildCtx::producer`.
 
+use super::burst::BurstIndex;
 use super::{BlockHasher, PreciseIndex, PrefixIndex, PrefixStats};
 use crate::endpoint::EndpointState;
-use crate::plugins::burst_prefix_cache_producer::BurstIndex;
-use crate::request::RequestState;
+use crate::request_state::RequestState;
 use std::sync::Arc;
 
 /// A prefix producer's index.
