@@ -8,7 +8,8 @@
 //!   the precise one ([`prefix::PreciseIndex`]) by the engines' KV events, which the server
 //!   applies ([`Scheduler::kv_event_indexes`]).
 //!
-//! No IO, no async, no locks held longer than one index lookup. See README.md for the plugins.
+//! No IO, no async, no locks held longer than one index lookup, no clock: a scheduling call's
+//! time is its caller's [`SchedulingRequest::now_ms`]. See README.md for the plugins.
 
 #![warn(missing_docs)]
 

@@ -65,6 +65,13 @@ pub struct SchedulingRequest<'a> {
     /// front end on a client request's first schedule: the admitters run only then
     /// (`None`, the default, for phase legs and retries, which were admitted already).
     pub priority: Option<i32>,
+    /// When the request is scheduled, in ms on the [`crate::monotonic_ms`] clock (the clock
+    /// of [`crate::EndpointLoad::scraped_at_ms`]). The caller owns it: [`Self::new`] reads
+    /// the clock once, a test sets any value. Every time-dependent decision of `schedule`
+    /// reads it (through [`RequestCtx::now_ms`]): speculative prefix credits given and
+    /// matched, burst placements, gauge staleness in the utilization filter. The scheduler
+    /// never reads the clock itself.
+    pub now_ms: u64,
 }
 
 /// A session's endpoints by phase (names), from the server's session table. A bound
@@ -90,7 +97,9 @@ impl SessionBinding {
 }
 
 impl<'a> SchedulingRequest<'a> {
-    /// A request with no profile header, not conditional, without headers.
+    /// A request with no profile header, not conditional, without headers, scheduled now:
+    /// `now_ms` is [`crate::monotonic_ms`] read here (the one clock reading of the request;
+    /// set the field to schedule at another time).
     pub fn new(request_id: &'a str, model: &'a str, prompt: &'a PromptInput) -> Self {
         SchedulingRequest {
             request_id,
@@ -104,6 +113,7 @@ impl<'a> SchedulingRequest<'a> {
             avoid: None,
             media: &[],
             priority: None,
+            now_ms: crate::endpoint::monotonic_ms(),
         }
     }
 }
@@ -115,6 +125,7 @@ impl fmt::Debug for SchedulingRequest<'_> {
             .field("model", &self.model)
             .field("profile", &self.profile)
             .field("conditional", &self.conditional)
+            .field("now_ms", &self.now_ms)
             .finish_non_exhaustive()
     }
 }
@@ -239,6 +250,12 @@ impl<'a> RequestCtx<'a> {
         self.snapshot
     }
 
+    /// When the request is scheduled (ms, [`crate::monotonic_ms`] clock): its
+    /// [`SchedulingRequest::now_ms`]. Plugins read time from here, never from the clock.
+    pub fn now_ms(&self) -> u64 {
+        self.req.now_ms
+    }
+
     /// The request's state (shared with its bookings).
     pub fn state(&self) -> &Arc<RequestState> {
         &self.state
@@ -262,9 +279,9 @@ impl<'a> RequestCtx<'a> {
         }
     }
 
-    /// Matched prefix blocks of this prompt on each of `endpoints` under `index`, written to
-    /// `out`; results are memoised for [`Self::prefix_match`] (the index does not change
-    /// while a request is being scheduled).
+    /// Matched prefix blocks of this prompt on each of `endpoints` under `index` at
+    /// [`Self::now_ms`], written to `out`; results are memoised for [`Self::prefix_match`]
+    /// (the index does not change while a request is being scheduled).
     pub fn prefix_matches(
         &self,
         index: &PrefixSource,
@@ -272,14 +289,15 @@ impl<'a> RequestCtx<'a> {
         out: &mut Vec<usize>,
     ) {
         let hashes = self.block_hashes(index);
-        index.match_lengths_for(&self.state, hashes, endpoints, out);
+        index.match_lengths_for(&self.state, hashes, endpoints, self.now_ms(), out);
         let mut memo = self.matches.borrow_mut();
         for (e, m) in endpoints.iter().zip(out.iter()) {
             memo.push((index.slot(), Arc::as_ptr(e) as usize, *m));
         }
     }
 
-    /// Matched prefix blocks of this prompt on `endpoint` under `index` (memoised).
+    /// Matched prefix blocks of this prompt on `endpoint` under `index` at [`Self::now_ms`]
+    /// (memoised).
     pub fn prefix_match(&self, index: &PrefixSource, endpoint: &EndpointState) -> usize {
         let key = (index.slot(), endpoint as *const EndpointState as usize);
         if let Some(&(_, _, m)) = self
@@ -290,7 +308,8 @@ impl<'a> RequestCtx<'a> {
         {
             return m;
         }
-        let m = index.match_length_for(&self.state, self.block_hashes(index), endpoint);
+        let hashes = self.block_hashes(index);
+        let m = index.match_length_for(&self.state, hashes, endpoint, self.now_ms());
         self.matches.borrow_mut().push((key.0, key.1, m));
         m
     }

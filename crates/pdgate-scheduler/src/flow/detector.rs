@@ -28,7 +28,7 @@
 
 use super::duration::{self, GoDuration};
 pub use super::saturation::{pool_saturation, SaturationDetector, Stages};
-use crate::endpoint::{monotonic_ms, EndpointState};
+use crate::endpoint::EndpointState;
 use crate::plugin::{Candidates, Filter};
 use crate::plugin_build::{decode, effective, BuildCtx, Built, PluginError, PluginType, Stage};
 use crate::request::RequestCtx;
@@ -224,8 +224,9 @@ impl SaturationDetector for UtilizationDetector {
 }
 
 impl UtilizationDetector {
-    /// The filter at `now_ms` ([`Filter::filter`] reads the clock): keeps the endpoints
-    /// with fresh gauges under `threshold × (1 + headroom)` on both; the input when none is.
+    /// The filter at `now_ms` (ms, [`crate::monotonic_ms`] clock; [`Filter::filter`] passes
+    /// the request's [`RequestCtx::now_ms`]): keeps the endpoints with fresh gauges under
+    /// `threshold × (1 + headroom)` on both; the input when none is.
     pub fn filter_at(&self, candidates: &mut Candidates<'_>, now_ms: u64) {
         let t = self.thresholds(1.0 + self.params.headroom);
         let passes =
@@ -238,8 +239,8 @@ impl UtilizationDetector {
 }
 
 impl Filter for UtilizationDetector {
-    fn filter(&self, _ctx: &RequestCtx<'_>, candidates: &mut Candidates<'_>) {
-        self.filter_at(candidates, monotonic_ms());
+    fn filter(&self, ctx: &RequestCtx<'_>, candidates: &mut Candidates<'_>) {
+        self.filter_at(candidates, ctx.now_ms());
     }
 }
 

@@ -164,12 +164,13 @@ pub struct PrecisePrefixCacheProducer {
 
 impl PreRequest for PrecisePrefixCacheProducer {
     /// Credits the prompt's blocks to the endpoints picked for prefill and decode (both
-    /// engines will hold them), until the TTL or their events confirm.
+    /// engines will hold them) from the request's [`RequestCtx::now_ms`] until the TTL
+    /// passes or their events confirm them.
     fn pre_request(&self, ctx: &RequestCtx<'_>, result: &SchedulingResult) {
         let Some(hashes) = ctx.state().block_hashes(self.index.slot()) else {
             return;
         };
-        let now = crate::monotonic_ms();
+        let now = ctx.now_ms();
         for pick in std::iter::once(&result.decode).chain(result.prefill.as_ref()) {
             if !pick.endpoint.load.is_retired() {
                 self.index.speculate(&pick.endpoint, hashes, now);

@@ -88,6 +88,45 @@ fn llm_d_precise_config_feeds_the_scorer_and_speculates() {
     assert_eq!(subs[0].index.counts().speculative_added, 2);
 }
 
+/// A request scheduled at `first` ms (`SchedulingRequest::now_ms`) credits its 64-token
+/// prompt (4 blocks of 16) to its pick until `first` + the 2 s TTL; a second request for the
+/// same prompt scheduled at `then` ms: whether it went to the credited endpoint, and the
+/// tokens it found cached on its pick. Nothing reads the clock: both times are the callers'.
+fn credit_seen_at(first: u64, then: u64) -> (bool, usize) {
+    let s = Scheduler::from_yaml(YAML, "precise.yaml").expect("loads");
+    let eps = [ep("a", None), ep("b", None)];
+    for e in &eps {
+        e.load.set_models(vec!["m".into()]);
+    }
+    let snap = Snapshot {
+        endpoints: eps.to_vec(),
+        version: 1,
+    };
+    let p = PromptInput::Tokens((0..64).collect());
+    let at = |now_ms| SchedulingRequest {
+        now_ms,
+        ..SchedulingRequest::new("r", "m", &p)
+    };
+    let first = s.schedule(&at(first), &snap).expect("pick");
+    assert_eq!(first.decode.cached_tokens, 0, "nothing cached yet");
+    let credited = first.decode.endpoint.endpoint.name.clone();
+    drop(first);
+    let second = s.schedule(&at(then), &snap).expect("pick");
+    let same = second.decode.endpoint.endpoint.name == credited;
+    (same, second.decode.cached_tokens)
+}
+
+#[test]
+fn speculative_credits_expire_at_the_requests_now() {
+    // Credited at 1000 until 3000: at 2999 the credit draws the request (4 blocks × 16).
+    assert_eq!(credit_seen_at(1_000, 2_999), (true, 64));
+    // At 3000 it has expired: nothing is cached anywhere (the pick is a tie).
+    assert_eq!(credit_seen_at(1_000, 3_000).1, 0);
+    // Only the difference counts, not the wall clock: the same at other times.
+    assert_eq!(credit_seen_at(500_000, 501_999), (true, 64));
+    assert_eq!(credit_seen_at(500_000, 502_000).1, 0);
+}
+
 #[test]
 fn unknown_and_unsupported_fields_are_errors_naming_them() {
     let with = |params: &str| {

@@ -219,7 +219,8 @@ fn running(e: &EndpointState) -> f64 {
 }
 
 /// The producer's state: the current batch and its placements. Pure and clock-injected
-/// (every call takes `now_ms`); [`PrefixSource::Burst`] passes [`crate::monotonic_ms`].
+/// (every call takes `now_ms`); [`PrefixSource::Burst`] passes the request's
+/// [`crate::SchedulingRequest::now_ms`].
 #[derive(Debug)]
 pub struct BurstIndex {
     id: u64,

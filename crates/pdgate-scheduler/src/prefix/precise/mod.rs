@@ -37,7 +37,7 @@
 //! **Speculation.** With a TTL set, the picked endpoint is credited with the prompt's blocks
 //! at pick time, until `now + ttl` unless its events confirm them first (llm-d
 //! `speculativeIndexing`, `speculativeTTL`). Time is the caller's (`now_ms`), so tests are
-//! deterministic; the scheduler passes [`crate::monotonic_ms`].
+//! deterministic; the scheduler passes the request's [`crate::SchedulingRequest::now_ms`].
 //!
 //! **Concurrency.** Each endpoint's state has its own mutex (its subscriber is the one
 //! writer); the shared block map is sharded and written one block at a time, so a pick
