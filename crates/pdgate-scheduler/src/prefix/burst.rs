@@ -4,7 +4,8 @@
 //! placed. Pure and clock-injected: every call takes `now_ms`.
 
 use crate::endpoint::EndpointState;
-use crate::prefix::{BlockHasher, BuildPassThrough};
+use crate::prefix::hash::BlockHasher;
+use crate::prefix::passthrough::BuildPassThrough;
 use crate::request_state::RequestState;
 use smallvec::SmallVec;
 use std::collections::HashMap;

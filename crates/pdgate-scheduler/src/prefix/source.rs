@@ -5,7 +5,9 @@
 //! resolved once at config load by `BuildCtx::producer`.
 
 use super::burst::BurstIndex;
-use super::{BlockHasher, PreciseIndex, PrefixIndex, PrefixStats};
+use super::hash::BlockHasher;
+use super::index::{PrefixIndex, PrefixStats};
+use super::precise::PreciseIndex;
 use crate::endpoint::EndpointState;
 use crate::request_state::RequestState;
 use std::sync::Arc;

@@ -58,7 +58,8 @@ pub use config::{
 pub use stats::{EndpointDump, KvEventCounts, PreciseDump};
 
 use crate::endpoint::EndpointState;
-use crate::prefix::{BlockHasher, PrefixStats};
+use crate::prefix::hash::BlockHasher;
+use crate::prefix::index::PrefixStats;
 use endpoint::{EndpointIndex, Limits};
 use holders::Shards;
 use parking_lot::{Mutex, RwLock};
