@@ -416,6 +416,8 @@ where
                 avoid: intake.avoid,
                 media: &media,
                 priority: Some(priority),
+                // The scheduler reads no clock: every time-dependent decision uses this.
+                now_ms: pdgate_scheduler::monotonic_ms(),
                 ..SchedulingRequest::new(intake.rid, &req.model, &req.prompt)
             },
             &snapshot,

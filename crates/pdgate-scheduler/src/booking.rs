@@ -8,10 +8,26 @@
 //! disconnect, upstream error and non-2xx answers drop it uncompleted.
 
 use crate::endpoint::{EndpointState, InFlightGuard, TokenGuard};
-use crate::plugin::{AbandonedCtx, RequestAbandoned};
-use crate::request::RequestState;
+use crate::request_state::RequestState;
 use std::fmt;
 use std::sync::Arc;
+
+/// What an abandonment hook sees.
+pub struct AbandonedCtx<'a> {
+    /// The endpoint the request was booked on.
+    pub endpoint: &'a EndpointState,
+    /// Per-request state kept from scheduling.
+    pub state: &'a RequestState,
+}
+
+/// Called when a request booked on an endpoint ends without completing (client disconnect,
+/// upstream error or non-2xx, dropped before its response ended), so that plugins undo their
+/// own bookkeeping. Fired by the [`Booking`] guard, once per booked phase. An extension point
+/// like those of [`crate::plugin`] (which re-exports it), defined here, where it fires.
+pub trait RequestAbandoned: Send + Sync {
+    /// Undoes what the plugin recorded for this request on `ctx.endpoint`.
+    fn request_abandoned(&self, ctx: &AbandonedCtx<'_>);
+}
 
 /// The booking of one pick (see the module docs).
 pub struct Booking {

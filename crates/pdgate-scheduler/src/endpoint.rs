@@ -159,24 +159,34 @@ impl EndpointLoad {
     pub fn kv_usage(&self) -> Option<f64> {
         read(&self.kv_usage)
     }
-    /// Stores scraped gauges; `None` marks a gauge unknown.
+    /// Stores scraped gauges, stamped now ([`monotonic_ms`], read here: the data layer's
+    /// write, not a scheduling decision); `None` marks a gauge unknown.
     pub fn set_scraped(&self, running: Option<f64>, waiting: Option<f64>, kv_usage: Option<f64>) {
+        self.set_scraped_at(running, waiting, kv_usage, monotonic_ms());
+    }
+    /// [`Self::set_scraped`] stamped `now_ms` (ms, [`monotonic_ms`] clock) instead of now.
+    pub fn set_scraped_at(
+        &self,
+        running: Option<f64>,
+        waiting: Option<f64>,
+        kv: Option<f64>,
+        now_ms: u64,
+    ) {
         let w = |a: &AtomicU64, v: Option<f64>| {
             a.store(v.unwrap_or(f64::NAN).to_bits(), Ordering::Relaxed)
         };
         w(&self.running, running);
         w(&self.waiting, waiting);
-        w(&self.kv_usage, kv_usage);
+        w(&self.kv_usage, kv);
         // Only a scrape that told something is fresh data: a failed one (all unknown)
         // leaves the stamp to age, so saturation detectors count the endpoint as stale.
-        if running.is_some() || waiting.is_some() || kv_usage.is_some() {
-            self.scraped_at_ms
-                .store(monotonic_ms().max(1), Ordering::Relaxed);
+        if running.is_some() || waiting.is_some() || kv.is_some() {
+            self.scraped_at_ms.store(now_ms.max(1), Ordering::Relaxed);
         }
     }
     /// When gauges were last stored ([`Self::set_scraped`] with any known), on the
-    /// [`monotonic_ms`] clock; `None` before the first such scrape. Saturation detectors treat old gauges as
-    /// unknown.
+    /// [`monotonic_ms`] clock; `None` before the first such scrape. Saturation detectors
+    /// treat old gauges as unknown.
     pub fn scraped_at_ms(&self) -> Option<u64> {
         Some(self.scraped_at_ms.load(Ordering::Relaxed)).filter(|t| *t > 0)
     }

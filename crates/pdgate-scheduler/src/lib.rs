@@ -8,23 +8,29 @@
 //!   the precise one ([`prefix::PreciseIndex`]) by the engines' KV events, which the server
 //!   applies ([`Scheduler::kv_event_indexes`]).
 //!
-//! No IO, no async, no locks held longer than one index lookup. See README.md for the plugins.
+//! No IO, no async, no locks held longer than one index lookup, no clock: a scheduling call's
+//! time is its caller's [`SchedulingRequest::now_ms`]. See README.md for the plugins.
 
 #![warn(missing_docs)]
 
 mod booking;
 pub mod config;
+pub mod datalayer;
 mod endpoint;
 pub mod error;
 pub mod flow;
 pub mod pins;
 pub mod plugin;
+pub mod plugin_build;
+pub mod plugin_params;
 pub mod plugins;
 pub mod prefix;
 pub mod profile;
 pub mod registry;
 pub mod request;
+mod request_state;
 mod scheduler;
+pub mod token_params;
 
 pub use booking::Booking;
 pub use endpoint::{

@@ -17,7 +17,6 @@
 //! [`pin_for`] and, when it returns a pin, [`validate`] against the current [`Snapshot`].
 
 use crate::endpoint::{EndpointState, Snapshot};
-use crate::plugins::{decode_filter, encode_filter, prefill_filter};
 use pdgate_api::hints::{describe, shown, Hint, RoutingHints};
 use pdgate_api::{Phase, Role};
 use std::fmt;
@@ -114,15 +113,17 @@ pub fn check_ranks(hints: &RoutingHints) -> Result<(), PinError> {
 }
 
 /// True when an endpoint of `role` (`None` = no role label) may be pinned for `phase`: the pool
-/// the phase's profile picks from. Prefill: prefill-capable roles (as `prefill-filter`).
-/// Decode and Aggregated: decode-capable roles and unlabeled endpoints (as `decode-filter`;
-/// the aggregated phase runs on the decode pick, design.md §1 and `disagg-profile-handler`).
-/// Encode: encode-capable roles (as `encode-filter`).
+/// the phase's profile picks from. Prefill: prefill-capable roles. Decode and Aggregated:
+/// decode-capable roles and unlabeled endpoints (the aggregated phase runs on the decode pick,
+/// design.md §1 and `disagg-profile-handler`). Encode: encode-capable roles.
+///
+/// The one definition of the role rules: `prefill-filter`, `decode-filter` and `encode-filter`
+/// keep exactly the endpoints this accepts for their phase.
 pub fn phase_accepts(phase: Phase, role: Option<Role>) -> bool {
     match phase {
-        Phase::Prefill => prefill_filter::keeps(role),
-        Phase::Decode | Phase::Aggregated => decode_filter::keeps(role),
-        Phase::Encode => encode_filter::keeps(role),
+        Phase::Prefill => role.is_some_and(|r| r.can_prefill()),
+        Phase::Decode | Phase::Aggregated => role.is_none_or(|r| r.can_decode()),
+        Phase::Encode => role.is_some_and(|r| r.can_encode()),
     }
 }
 

@@ -1,11 +1,14 @@
 //! Extension-point traits, one per point (llm-d's scheduling framework, in small pieces).
 //!
-//! A plugin type implements one or more of them; the registry ([`crate::registry`]) says which.
+//! A plugin type implements one or more of them; what its build yields
+//! ([`crate::plugin_build::Built`]) says which.
 //! All run on the pick path: they must not block, allocate big structures or panic.
 
-use crate::endpoint::EndpointState;
+pub use crate::booking::{AbandonedCtx, RequestAbandoned};
+use crate::endpoint::{EndpointState, Snapshot};
 use crate::error::Rejection;
-use crate::request::{Pick, RequestCtx, RequestState, SchedulingResult};
+use crate::request::{Pick, RequestCtx, SchedulingResult};
+use crate::request_state::RequestState;
 use pdgate_api::Phase;
 use std::sync::Arc;
 
@@ -77,6 +80,24 @@ pub trait Decider: Send + Sync {
     fn decide(&self, ctx: &RequestCtx<'_>, decode: &EndpointState) -> Decision;
 }
 
+/// The one rule mapping a decider's answer on a conditional-decode probe to serve or 412
+/// (design.md §4): `Keep` serves; `Split` defers; `Unknown` defers (fail closed).
+///
+/// Errors: [`Rejection::DecodeDeferred`] naming the decode endpoint and the cause.
+pub(crate) fn conditional_verdict(decision: Decision, endpoint: &str) -> Result<(), Rejection> {
+    match decision {
+        Decision::Keep => Ok(()),
+        Decision::Split => Err(Rejection::DecodeDeferred {
+            reason: format!(
+                "decode endpoint `{endpoint}` does not hold enough of the prompt's prefix"
+            ),
+        }),
+        Decision::Unknown(why) => Err(Rejection::DecodeDeferred {
+            reason: format!("prefix data for decode endpoint `{endpoint}` is unreadable: {why}"),
+        }),
+    }
+}
+
 /// Runs named profiles for a profile handler; each run books the picked endpoint.
 pub trait ProfileRunner {
     /// True when the config defines a profile of that name.
@@ -128,6 +149,17 @@ pub trait ProfileHandler: Send + Sync {
     }
 }
 
+/// The phase a profile name stands for by default (header-selected without a handler that
+/// names its profiles).
+pub(crate) fn phase_of_profile(name: &str) -> Phase {
+    match name {
+        "prefill" => Phase::Prefill,
+        "decode" => Phase::Decode,
+        "encode" => Phase::Encode,
+        _ => Phase::Aggregated,
+    }
+}
+
 /// Sees the scheduling result before the request is sent (llm-d `PreRequest`); used by
 /// producers to record the router's own decisions.
 pub trait PreRequest: Send + Sync {
@@ -168,22 +200,6 @@ pub trait RequestRejected: Send + Sync {
     );
 }
 
-/// What an abandonment hook sees.
-pub struct AbandonedCtx<'a> {
-    /// The endpoint the request was booked on.
-    pub endpoint: &'a EndpointState,
-    /// Per-request state kept from scheduling.
-    pub state: &'a RequestState,
-}
-
-/// Called when a request booked on an endpoint ends without completing (client disconnect,
-/// upstream error or non-2xx, dropped before its response ended), so that plugins undo their
-/// own bookkeeping. Fired by the [`crate::Booking`] guard, once per booked phase.
-pub trait RequestAbandoned: Send + Sync {
-    /// Undoes what the plugin recorded for this request on `ctx.endpoint`.
-    fn request_abandoned(&self, ctx: &AbandonedCtx<'_>);
-}
-
 /// Kind of a plugin metric (Prometheus type).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum MetricKind {
@@ -214,5 +230,5 @@ pub struct PluginMetric {
 pub trait MetricsSource: Send + Sync {
     /// Appends the current samples; `snapshot` is the current endpoint set, so values that
     /// derive from it (e.g. revision shares) are current even before the next request.
-    fn collect(&self, snapshot: &crate::Snapshot, out: &mut Vec<PluginMetric>);
+    fn collect(&self, snapshot: &Snapshot, out: &mut Vec<PluginMetric>);
 }

@@ -1,15 +1,15 @@
 //! The request the scheduler sees, the per-request context plugins read, and the result.
 
 use crate::booking::Booking;
-use crate::endpoint::{EndpointState, Snapshot};
+use crate::endpoint::{Endpoint, EndpointState, Snapshot};
 use crate::error::Rejection;
 use crate::prefix::PrefixSource;
+pub use crate::request_state::RequestState;
 use pdgate_api::hints::RoutingHints;
 use pdgate_api::{Phase, PromptInput};
-use std::any::Any;
 use std::cell::RefCell;
 use std::fmt;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 /// Read access to the request's headers, so that plugins (screeners, session affinity) can
 /// read routing hints without the scheduler depending on an HTTP stack. Names are lowercase.
@@ -56,7 +56,7 @@ pub struct SchedulingRequest<'a> {
     pub session: Option<&'a SessionBinding>,
     /// Endpoints this request must not use (open circuit breakers, endpoints that already
     /// failed it, other revisions on a retry); pinned endpoints are not affected.
-    pub avoid: Option<&'a (dyn Fn(&crate::Endpoint) -> bool + Sync)>,
+    pub avoid: Option<&'a (dyn Fn(&Endpoint) -> bool + Sync)>,
     /// Content hashes of the request's multimodal items (image, audio, video parts), one per
     /// item in request order, duplicates kept: [`pdgate_api::media::MediaItem::key`], computed
     /// once at ingress. Empty for text-only requests (and by default).
@@ -65,6 +65,13 @@ pub struct SchedulingRequest<'a> {
     /// front end on a client request's first schedule: the admitters run only then
     /// (`None`, the default, for phase legs and retries, which were admitted already).
     pub priority: Option<i32>,
+    /// When the request is scheduled, in ms on the [`crate::monotonic_ms`] clock (the clock
+    /// of [`crate::EndpointLoad::scraped_at_ms`]). The caller owns it: [`Self::new`] reads
+    /// the clock once, a test sets any value. Every time-dependent decision of `schedule`
+    /// reads it (through [`RequestCtx::now_ms`]): speculative prefix credits given and
+    /// matched, burst placements, gauge staleness in the utilization filter. The scheduler
+    /// never reads the clock itself.
+    pub now_ms: u64,
 }
 
 /// A session's endpoints by phase (names), from the server's session table. A bound
@@ -90,7 +97,9 @@ impl SessionBinding {
 }
 
 impl<'a> SchedulingRequest<'a> {
-    /// A request with no profile header, not conditional, without headers.
+    /// A request with no profile header, not conditional, without headers, scheduled now:
+    /// `now_ms` is [`crate::monotonic_ms`] read here (the one clock reading of the request;
+    /// set the field to schedule at another time).
     pub fn new(request_id: &'a str, model: &'a str, prompt: &'a PromptInput) -> Self {
         SchedulingRequest {
             request_id,
@@ -104,6 +113,7 @@ impl<'a> SchedulingRequest<'a> {
             avoid: None,
             media: &[],
             priority: None,
+            now_ms: crate::endpoint::monotonic_ms(),
         }
     }
 }
@@ -115,6 +125,7 @@ impl fmt::Debug for SchedulingRequest<'_> {
             .field("model", &self.model)
             .field("profile", &self.profile)
             .field("conditional", &self.conditional)
+            .field("now_ms", &self.now_ms)
             .finish_non_exhaustive()
     }
 }
@@ -176,43 +187,6 @@ impl fmt::Display for Rejected {
 }
 
 impl std::error::Error for Rejected {}
-
-/// State of one request that outlives `schedule`: the prompt's block hashes per prefix
-/// producer and values plugins keep between hooks (e.g. a screener's draw). Shared by the
-/// request's [`Booking`]s; read by `ResponseHeader` and `RequestAbandoned` hooks.
-pub struct RequestState {
-    hashes: Vec<OnceLock<Vec<u64>>>,
-    values: parking_lot::Mutex<Vec<(&'static str, Box<dyn Any + Send + Sync>)>>,
-}
-
-impl RequestState {
-    fn new(producers: usize) -> Self {
-        RequestState {
-            hashes: (0..producers).map(|_| OnceLock::new()).collect(),
-            values: parking_lot::Mutex::new(Vec::new()),
-        }
-    }
-
-    /// The prompt's block hashes under producer `slot`, if they were computed.
-    pub fn block_hashes(&self, slot: usize) -> Option<&[u64]> {
-        self.hashes.get(slot)?.get().map(Vec::as_slice)
-    }
-
-    /// Stores `value` under `key` (a plugin's name or type), replacing an earlier one.
-    pub fn set<T: Any + Send + Sync>(&self, key: &'static str, value: T) {
-        let mut v = self.values.lock();
-        v.retain(|(k, _)| *k != key);
-        v.push((key, Box::new(value)));
-    }
-
-    /// A clone of the value under `key`, if one of type `T` was stored.
-    pub fn get<T: Any + Clone>(&self, key: &'static str) -> Option<T> {
-        let v = self.values.lock();
-        v.iter()
-            .find(|(k, _)| *k == key)
-            .and_then(|(_, b)| b.downcast_ref::<T>().cloned())
-    }
-}
 
 /// Per-request context shared by all plugins during one `schedule` call.
 ///
@@ -276,6 +250,12 @@ impl<'a> RequestCtx<'a> {
         self.snapshot
     }
 
+    /// When the request is scheduled (ms, [`crate::monotonic_ms`] clock): its
+    /// [`SchedulingRequest::now_ms`]. Plugins read time from here, never from the clock.
+    pub fn now_ms(&self) -> u64 {
+        self.req.now_ms
+    }
+
     /// The request's state (shared with its bookings).
     pub fn state(&self) -> &Arc<RequestState> {
         &self.state
@@ -293,15 +273,15 @@ impl<'a> RequestCtx<'a> {
     /// The chained block hashes of the prompt under `index`'s block size and cap.
     pub fn block_hashes(&self, index: &PrefixSource) -> &[u64] {
         let hasher = index.hasher();
-        match self.state.hashes.get(index.slot()) {
+        match self.state.hash_cell(index.slot()) {
             Some(cell) => cell.get_or_init(|| hasher.hash(self.req.model, self.req.prompt)),
             None => &[],
         }
     }
 
-    /// Matched prefix blocks of this prompt on each of `endpoints` under `index`, written to
-    /// `out`; results are memoised for [`Self::prefix_match`] (the index does not change
-    /// while a request is being scheduled).
+    /// Matched prefix blocks of this prompt on each of `endpoints` under `index` at
+    /// [`Self::now_ms`], written to `out`; results are memoised for [`Self::prefix_match`]
+    /// (the index does not change while a request is being scheduled).
     pub fn prefix_matches(
         &self,
         index: &PrefixSource,
@@ -309,14 +289,15 @@ impl<'a> RequestCtx<'a> {
         out: &mut Vec<usize>,
     ) {
         let hashes = self.block_hashes(index);
-        index.match_lengths_for(&self.state, hashes, endpoints, out);
+        index.match_lengths_for(&self.state, hashes, endpoints, self.now_ms(), out);
         let mut memo = self.matches.borrow_mut();
         for (e, m) in endpoints.iter().zip(out.iter()) {
             memo.push((index.slot(), Arc::as_ptr(e) as usize, *m));
         }
     }
 
-    /// Matched prefix blocks of this prompt on `endpoint` under `index` (memoised).
+    /// Matched prefix blocks of this prompt on `endpoint` under `index` at [`Self::now_ms`]
+    /// (memoised).
     pub fn prefix_match(&self, index: &PrefixSource, endpoint: &EndpointState) -> usize {
         let key = (index.slot(), endpoint as *const EndpointState as usize);
         if let Some(&(_, _, m)) = self
@@ -327,7 +308,8 @@ impl<'a> RequestCtx<'a> {
         {
             return m;
         }
-        let m = index.match_length_for(&self.state, self.block_hashes(index), endpoint);
+        let hashes = self.block_hashes(index);
+        let m = index.match_length_for(&self.state, hashes, endpoint, self.now_ms());
         self.matches.borrow_mut().push((key.0, key.1, m));
         m
     }

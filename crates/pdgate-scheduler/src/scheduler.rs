@@ -2,15 +2,16 @@
 
 use crate::booking::Booking;
 use crate::config::{self, Hooks, Loaded};
-use crate::endpoint::Snapshot;
+use crate::endpoint::{EndpointState, Snapshot};
 use crate::error::{ConfigError, Rejection};
 use crate::pins::RequestPins;
 use crate::plugin::{
-    Candidates, Decision, PluginMetric, ProfileHandler, ProfileRunner, ResponseCtx,
+    conditional_verdict, phase_of_profile, Candidates, PluginMetric, ProfileHandler, ProfileRunner,
+    ResponseCtx,
 };
+use crate::plugin_build::PluginType;
 use crate::prefix::{PreciseIndex, PrefixSource};
 use crate::profile::Profile;
-use crate::registry::PluginType;
 use crate::request::{Pick, Rejected, RequestCtx, SchedulingRequest, SchedulingResult};
 use pdgate_api::Phase;
 use std::sync::Arc;
@@ -24,7 +25,7 @@ pub struct Scheduler {
     indexes: Vec<(String, PrefixSource)>,
     effective_yaml: String,
     flow: crate::flow::FlowSettings,
-    token_producer: Option<Arc<crate::plugins::token_producer::TokenProducerParams>>,
+    token_producer: Option<Arc<crate::token_params::TokenProducerParams>>,
     data_layer: Arc<crate::config::DataLayer>,
 }
 
@@ -72,7 +73,7 @@ impl Scheduler {
 
     /// The `token-producer` parameters, when the config has one: the front ends tokenize
     /// prompts with them before [`Self::schedule`] (the scheduler does no IO).
-    pub fn token_producer(&self) -> Option<&crate::plugins::token_producer::TokenProducerParams> {
+    pub fn token_producer(&self) -> Option<&crate::token_params::TokenProducerParams> {
         self.token_producer.as_deref()
     }
 
@@ -192,7 +193,7 @@ impl Scheduler {
         &self,
         ctx: &RequestCtx<'_>,
         priority: i32,
-        base: &[&Arc<crate::EndpointState>],
+        base: &[&Arc<EndpointState>],
     ) -> Result<(), Rejection> {
         for (name, admitter) in &self.hooks.admitters {
             admitter
@@ -208,7 +209,7 @@ impl Scheduler {
     fn schedule_screened(
         &self,
         ctx: &RequestCtx<'_>,
-        base: &[&Arc<crate::EndpointState>],
+        base: &[&Arc<EndpointState>],
     ) -> Result<SchedulingResult, Rejection> {
         let runner = Runner { sched: self, base };
         let req = ctx.req;
@@ -346,24 +347,6 @@ pub struct KvEventIndex {
     pub index: Arc<PreciseIndex>,
 }
 
-/// The one rule mapping a decider's answer on a conditional-decode probe to serve or 412
-/// (design.md §4): `Keep` serves; `Split` defers; `Unknown` defers (fail closed).
-///
-/// Errors: [`Rejection::DecodeDeferred`] naming the decode endpoint and the cause.
-pub(crate) fn conditional_verdict(decision: Decision, endpoint: &str) -> Result<(), Rejection> {
-    match decision {
-        Decision::Keep => Ok(()),
-        Decision::Split => Err(Rejection::DecodeDeferred {
-            reason: format!(
-                "decode endpoint `{endpoint}` does not hold enough of the prompt's prefix"
-            ),
-        }),
-        Decision::Unknown(why) => Err(Rejection::DecodeDeferred {
-            reason: format!("prefix data for decode endpoint `{endpoint}` is unreadable: {why}"),
-        }),
-    }
-}
-
 impl Scheduler {
     /// The profile that runs `phase` (phases follow the profile handler's roles, e.g. a
     /// disagg handler's `profiles.prefill: p`), when the config defines it.
@@ -396,20 +379,9 @@ impl Scheduler {
     }
 }
 
-/// The phase a profile name stands for by default (header-selected without a handler that
-/// names its profiles).
-pub(crate) fn phase_of_profile(name: &str) -> Phase {
-    match name {
-        "prefill" => Phase::Prefill,
-        "decode" => Phase::Decode,
-        "encode" => Phase::Encode,
-        _ => Phase::Aggregated,
-    }
-}
-
 struct Runner<'a> {
     sched: &'a Scheduler,
-    base: &'a [&'a Arc<crate::EndpointState>],
+    base: &'a [&'a Arc<EndpointState>],
 }
 
 impl ProfileRunner for Runner<'_> {

@@ -37,13 +37,11 @@
 
 use super::lines;
 use super::loader::Loader;
-use crate::plugins::core_metrics_extractor::EngineMetrics;
-use crate::plugins::metrics_data_source::MetricsSource;
-use crate::plugins::models_data_source::ModelsSource;
+use crate::datalayer::engine_metrics::EngineMetrics;
+use crate::datalayer::{DataLayer, DataPlugin, MetricsSource, ModelsSource};
 use serde::Deserialize;
 use serde_yaml_ng::Value;
 use std::sync::Arc;
-use std::time::Duration;
 
 /// Plugin types that take endpoint events (llm-d `EndpointExtractor`s): the only extractors an
 /// `endpoint-notification-source` accepts.
@@ -52,55 +50,6 @@ pub const ENDPOINT_EXTRACTORS: &[&str] = &[
     "mm-embeddings-cache-producer",
     "precise-prefix-cache-producer",
 ];
-
-/// What a data-layer plugin is (the `data` extension point of a built plugin).
-#[derive(Debug, Clone)]
-pub enum DataPlugin {
-    /// `metrics-data-source`: where and how often engine metrics are read.
-    MetricsSource(MetricsSource),
-    /// `core-metrics-extractor`: which metric names give the gauges, per engine type.
-    MetricsExtractor(Arc<EngineMetrics>),
-    /// `models-data-source`: where and how often model lists are read.
-    ModelsSource(ModelsSource),
-    /// `models-data-extractor`.
-    ModelsExtractor,
-    /// `endpoint-notification-source`.
-    EndpointEvents,
-}
-
-impl DataPlugin {
-    fn is_source(&self) -> bool {
-        matches!(
-            self,
-            DataPlugin::MetricsSource(_) | DataPlugin::ModelsSource(_) | DataPlugin::EndpointEvents
-        )
-    }
-}
-
-/// The data layer as configured: what the engine scraper reads.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct DataLayer {
-    /// The metrics scrape (path, port, period).
-    pub metrics: MetricsSource,
-    /// The engine-type → metric-names mapping of the metrics extractor.
-    pub engines: Arc<EngineMetrics>,
-    /// The model-list read (path, period).
-    pub models: ModelsSource,
-}
-
-impl DataLayer {
-    /// The metrics scrape period with `--scrape-interval` `base`
-    /// ([`MetricsSource::period`]).
-    pub fn metrics_period(&self, base: Duration) -> Duration {
-        self.metrics.period(base)
-    }
-
-    /// Every how many metrics scrapes the model list is re-read ([`ModelsSource::every`]),
-    /// with `--scrape-interval` `base` and pdgate's default cadence `default`.
-    pub fn models_every(&self, base: Duration, default: u32) -> u32 {
-        self.models.every(self.metrics_period(base), default)
-    }
-}
 
 #[derive(Deserialize)]
 struct TypedDoc {

@@ -1,6 +1,7 @@
 use super::*;
 use crate::config::{load, load_all};
-use crate::plugins::core_metrics_extractor::MetricSpec;
+use crate::datalayer::engine_metrics::MetricSpec;
+use std::time::Duration;
 
 fn layer(yaml: &str) -> DataLayer {
     match load(yaml, "t.yaml", &[]) {

@@ -20,6 +20,7 @@ mod loader;
 mod profiles;
 mod raw;
 
+pub use crate::datalayer::{DataLayer, DataPlugin};
 use crate::error::ConfigError;
 pub use crate::error::ConfigErrors;
 use crate::plugin::{
@@ -29,7 +30,7 @@ use crate::plugin::{
 use crate::prefix::PrefixSource;
 use crate::profile::Profile;
 use crate::registry::{self, Built, Stage};
-pub use datalayer::{DataLayer, DataPlugin, ENDPOINT_EXTRACTORS};
+pub use datalayer::ENDPOINT_EXTRACTORS;
 use effective::{Effective, EffectivePlugin};
 use loader::Loader;
 use std::sync::Arc;
@@ -49,7 +50,7 @@ pub struct Loaded {
     /// Flow control and admission (`featureGates`, `flowControl`).
     pub flow: crate::flow::FlowSettings,
     /// The `token-producer` parameters, when one is configured.
-    pub token_producer: Option<Arc<crate::plugins::token_producer::TokenProducerParams>>,
+    pub token_producer: Option<Arc<crate::token_params::TokenProducerParams>>,
     /// What the engine scraper reads (`dataLayer` and its plugins).
     pub data_layer: Arc<DataLayer>,
 }

@@ -1,5 +1,6 @@
 use super::*;
-use crate::flow::plugins::{Fairness, FlowPolicy, Ordering};
+use crate::flow::policy::{Fairness, FlowPolicy, Ordering};
+use std::time::Duration;
 
 fn sections(yaml: &str) -> RawSections {
     serde_yaml_ng::from_str(yaml).unwrap()

@@ -1,5 +1,6 @@
 use super::*;
-use crate::endpoint::{Endpoint, EndpointLoad, InFlightGuard};
+use crate::endpoint::{monotonic_ms, Endpoint, EndpointLoad, InFlightGuard};
+use pdgate_api::Role;
 
 fn ep(name: &str, role: Option<Role>) -> Arc<EndpointState> {
     let mut e = Endpoint::new(name, "127.0.0.1:1", Default::default());
@@ -94,6 +95,38 @@ fn utilization_filter_keeps_fresh_endpoints_under_the_slackened_thresholds() {
             kv: 1.0
         }
     );
+}
+
+#[test]
+fn utilization_filter_judges_staleness_at_the_requests_now() {
+    // Gauges stamped at 1000 and 1100 ms, both well under the thresholds (waiting 1 of 5,
+    // KV 0.1 of 0.8); staleness threshold 200 ms (the default).
+    let d = UtilizationDetector::default();
+    let (a, b) = (ep("a", None), ep("b", None));
+    a.load
+        .set_scraped_at(Some(0.0), Some(1.0), Some(0.1), 1_000);
+    b.load
+        .set_scraped_at(Some(0.0), Some(1.0), Some(0.1), 1_100);
+    let prompt = pdgate_api::PromptInput::Tokens(vec![]);
+    // The filter as a profile runs it: the time is the request's `now_ms`, no clock.
+    let at = |now_ms: u64| {
+        let req = crate::SchedulingRequest {
+            now_ms,
+            ..crate::SchedulingRequest::new("r", "m", &prompt)
+        };
+        let mut cand: Candidates<'_> = vec![&a, &b];
+        d.filter(&RequestCtx::new(&req, 0), &mut cand);
+        names(&cand)
+    };
+    // 200 ms old is still fresh: both kept.
+    assert_eq!(at(1_200), ["a", "b"]);
+    // 1 ms later `a` is 201 ms old: stale, dropped.
+    assert_eq!(at(1_201), ["b"]);
+    assert_eq!(at(1_300), ["b"]);
+    // Both stale: none passes and the filter fails open.
+    assert_eq!(at(1_301), ["a", "b"]);
+    assert_eq!(d.stale(&[&a, &b], 1_201), 1);
+    assert_eq!(d.stale(&[&a, &b], 1_301), 2);
 }
 
 #[test]

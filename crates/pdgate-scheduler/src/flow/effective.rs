@@ -3,8 +3,8 @@
 //! has, by the name the config used), the detector and usage limit by the names the config
 //! used. Loading it again gives the same [`FlowControlConfig`].
 
-use super::config::{BandConfig, FlowControlConfig};
-use super::plugins::{Fairness, Ordering};
+use super::policy::{Fairness, Ordering};
+use super::settings::{BandConfig, FlowControlConfig};
 
 /// The resolved section as YAML, defaults written out; policies by their type names (they
 /// have no parameters), a program-aware fairness by the name `program_aware` gives its

@@ -5,9 +5,9 @@
 //! `x-llm-d-inference-objective`, alias `x-gateway-inference-objective`; unknown → 0) and a
 //! fairness id (`x-llm-d-inference-fairness-id`, default `default-flow`). With the
 //! `flowControl` feature gate on, every request enters its priority band's queue and is
-//! dispatched to scheduling when the pool's saturation (a [`detector::SaturationDetector`]) is
-//! below the usage-limit ceiling: bands in strict priority order, flows within a band by the
-//! band's fairness policy, items within a flow by its ordering policy ([`queues::Queues`]).
+//! dispatched to scheduling when the pool's saturation (a [`SaturationDetector`]) is below the
+//! usage-limit ceiling: bands in strict priority order, flows within a band by the band's
+//! fairness policy, items within a flow by its ordering policy ([`queues::Queues`]).
 //! Without the gate, only sheddable requests (priority < 0) are checked: rejected when the
 //! pool is saturated (llm-d's legacy admission).
 //!
@@ -22,26 +22,24 @@ pub mod duration;
 mod effective;
 pub mod eviction;
 pub mod plugins;
+pub mod policy;
 pub mod priority_holdback;
 pub mod program_aware;
 pub mod quantity;
 pub mod queues;
+pub mod saturation;
+pub mod settings;
 pub mod soft_reflective_ceiling;
 pub mod usage_limit;
 
-pub use config::{BandConfig, FlowControlConfig, FlowSettings};
-pub use detector::{SaturationDetector, Stages};
+pub use config::FEATURE_GATE;
+pub use policy::sheddable;
 pub use queues::{Item, Queues, Refusal};
+pub use saturation::{SaturationDetector, Stages};
+pub use settings::{BandConfig, FlowControlConfig, FlowSettings};
 
-/// The feature gate that turns flow control on (`featureGates: [flowControl]`).
-pub const FEATURE_GATE: &str = "flowControl";
 /// Fairness id of a request that names none (llm-d's `default-flow`).
 pub const DEFAULT_FLOW: &str = "default-flow";
-
-/// True for a sheddable priority (llm-d: `priority < 0`).
-pub fn sheddable(priority: i32) -> bool {
-    priority < 0
-}
 
 /// A queued request's fate, as llm-d names it (`flowcontrol/types/outcomes.go`; the
 /// `outcome` label of the flow-control metrics).

@@ -19,49 +19,20 @@
 //!   spread from the top band to the bottom one ([`super::priority_holdback`]).
 //! - `strict-band-selection-policy` (default of `bandSelectionPolicyPluginRef`): bands get
 //!   their turn from the highest priority down — the only band order pdgate has.
+//!
+//! This module holds the registry entry of every policy (the saturation detectors' are in
+//! [`super::detector`]); what they build, [`FlowPolicy`], is defined in [`super::policy`]
+//! (below the plugins) and re-exported here.
 
-use crate::registry::{
+use super::priority_holdback::HoldbackParams;
+use super::program_aware::ProgramAwareParams;
+use crate::flow::policy::UsageLimit;
+pub use crate::flow::policy::{Fairness, FlowPolicy, Ordering};
+use crate::plugin_build::{
     decode, effective, BuildCtx, Built, NoParams, PluginError, PluginType, Stage,
 };
 use serde::{Deserialize, Serialize};
 use serde_yaml_ng::Value;
-
-/// How a band picks the flow to serve next.
-#[derive(Debug, Clone, Copy, PartialEq, Default)]
-pub enum Fairness {
-    /// `global-strict-fairness-policy`.
-    #[default]
-    GlobalStrict,
-    /// `round-robin-fairness-policy`.
-    RoundRobin,
-    /// `program-aware-fairness` with its settings.
-    ProgramAware(super::program_aware::Las),
-}
-
-/// How a flow orders its items.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Ordering {
-    /// `fcfs-ordering-policy`.
-    #[default]
-    Fcfs,
-    /// `edf-ordering-policy`.
-    Edf,
-    /// `slo-deadline-ordering-policy`.
-    SloDeadline,
-}
-
-/// What a flow-control policy plugin is.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum FlowPolicy {
-    /// A fairness policy.
-    Fairness(Fairness),
-    /// An ordering policy.
-    Ordering(Ordering),
-    /// A usage-limit policy: the per-band dispatch ceilings ([`super::usage_limit`]).
-    UsageLimit(super::usage_limit::UsageLimit),
-    /// A band-selection policy (`strict-band-selection-policy`: highest priority first).
-    BandSelection,
-}
 
 macro_rules! policy {
     ($konst:ident, $name:literal, $fn:ident, $policy:expr) => {
@@ -112,6 +83,12 @@ policy!(
     FlowPolicy::Ordering(Ordering::SloDeadline)
 );
 policy!(
+    SOFT_REFLECTIVE_CEILING,
+    "soft-reflective-ceiling-policy",
+    build_soft_reflective,
+    FlowPolicy::UsageLimit(UsageLimit::SoftReflectiveCeiling)
+);
+policy!(
     STRICT_BAND_SELECTION,
     "strict-band-selection-policy",
     build_strict_bands,
@@ -143,9 +120,7 @@ fn build_usage_limit(params: Option<&Value>, _: &mut BuildCtx<'_>) -> Result<Bui
         return Err(PluginError::invalid("threshold", "must be > 0"));
     }
     Ok(Built {
-        flow_policy: Some(FlowPolicy::UsageLimit(
-            super::usage_limit::UsageLimit::Static(p.threshold),
-        )),
+        flow_policy: Some(FlowPolicy::UsageLimit(UsageLimit::Static(p.threshold))),
         params: effective(&p),
         ..Built::default()
     })
@@ -159,9 +134,29 @@ pub const PROGRAM_AWARE: PluginType = PluginType {
 };
 
 fn build_program_aware(params: Option<&Value>, _: &mut BuildCtx<'_>) -> Result<Built, PluginError> {
-    let p: super::program_aware::ProgramAwareParams = decode(params)?;
+    let p: ProgramAwareParams = decode(params)?;
     Ok(Built {
         flow_policy: Some(FlowPolicy::Fairness(Fairness::ProgramAware(p.las()?))),
+        params: effective(&p),
+        ..Built::default()
+    })
+}
+
+/// Registry entry of `priority-holdback-policy` ([`super::priority_holdback`]).
+pub const PRIORITY_HOLDBACK: PluginType = PluginType {
+    name: "priority-holdback-policy",
+    stage: Stage::Consumer,
+    build: build_priority_holdback,
+};
+
+fn build_priority_holdback(
+    params: Option<&Value>,
+    _: &mut BuildCtx<'_>,
+) -> Result<Built, PluginError> {
+    let p: HoldbackParams = decode(params)?;
+    let h = p.holdback()?;
+    Ok(Built {
+        flow_policy: Some(FlowPolicy::UsageLimit(UsageLimit::PriorityHoldback(h))),
         params: effective(&p),
         ..Built::default()
     })
@@ -176,7 +171,7 @@ pub enum Declared {
     /// A flow-control policy.
     Policy(FlowPolicy),
     /// A saturation detector.
-    Detector(std::sync::Arc<dyn super::SaturationDetector>),
+    Detector(std::sync::Arc<dyn super::saturation::SaturationDetector>),
     /// Some other plugin.
     Other,
 }
@@ -213,9 +208,42 @@ pub static TYPES: &[PluginType] = &[
     EDF,
     SLO_DEADLINE,
     STATIC_USAGE_LIMIT,
-    super::soft_reflective_ceiling::TYPE,
-    super::priority_holdback::TYPE,
+    SOFT_REFLECTIVE_CEILING,
+    PRIORITY_HOLDBACK,
     STRICT_BAND_SELECTION,
     super::detector::UTILIZATION,
     super::detector::CONCURRENCY,
 ];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn soft_reflective_ceiling_builds_and_refuses_any_parameter() {
+        let mut ctx = BuildCtx {
+            built: &[],
+            profiles: &[],
+            next_slot: 0,
+        };
+        for ok in [None, Some(serde_yaml_ng::from_str::<Value>("{}").unwrap())] {
+            let b = build_soft_reflective(ok.as_ref(), &mut ctx).unwrap();
+            assert_eq!(
+                b.flow_policy,
+                Some(FlowPolicy::UsageLimit(UsageLimit::SoftReflectiveCeiling))
+            );
+        }
+        let bad: Value = serde_yaml_ng::from_str("threshold: 0.5").unwrap();
+        let err = build_soft_reflective(Some(&bad), &mut ctx)
+            .err()
+            .expect("refused");
+        assert_eq!(err.key.as_deref(), Some("threshold"), "{err:?}");
+        assert!(err.message.contains("unknown field `threshold`"), "{err:?}");
+        assert!(matches!(
+            Declared::by_type(SOFT_REFLECTIVE_CEILING.name),
+            Some(Declared::Policy(FlowPolicy::UsageLimit(
+                UsageLimit::SoftReflectiveCeiling
+            )))
+        ));
+    }
+}

@@ -44,7 +44,7 @@
 //! Source: llm-d-router `pkg/epp/framework/plugins/flowcontrol/fairness/program-aware/
 //! {plugin.go,strategy_las.go,programmetrics.go}`.
 
-use crate::registry::PluginError;
+use crate::plugin_params::PluginError;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::sync::Arc;

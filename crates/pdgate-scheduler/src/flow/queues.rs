@@ -12,9 +12,9 @@
 //!   distinct parameter set), which the caller keeps current: [`Queues::record_dispatch`],
 //!   [`Queues::record_completion`], [`Queues::sweep_programs`].
 
-use super::config::{BandConfig, FlowControlConfig};
-use super::plugins::{Fairness, Ordering};
+use super::policy::{Fairness, Ordering};
 use super::program_aware::{Ledger, Program};
+use super::settings::{BandConfig, FlowControlConfig};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 

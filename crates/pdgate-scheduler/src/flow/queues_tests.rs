@@ -1,6 +1,6 @@
 use super::*;
-use crate::flow::config::FlowControlConfig;
-use crate::flow::plugins::{Fairness, Ordering};
+use crate::flow::policy::{Fairness, Ordering};
+use crate::flow::settings::FlowControlConfig;
 
 fn item(id: u64, priority: i32, flow: &str, at: u64) -> Item {
     Item {

@@ -12,51 +12,8 @@
 //! With `static-usage-limit-policy` every ceiling is the same threshold, so the gate is
 //! exactly "dispatch while saturation < threshold".
 
+pub use super::policy::UsageLimit;
 use super::queues::Queues;
-
-/// A resolved usage-limit policy (`flowControl.usageLimitPolicyPluginRef`).
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum UsageLimit {
-    /// `static-usage-limit-policy`: every band's ceiling is this threshold (saturation units,
-    /// default 1.0).
-    Static(f64),
-    /// `soft-reflective-ceiling-policy` ([`super::soft_reflective_ceiling`]): graduated,
-    /// rank-based ceilings that alternate open/closed once reached; the top band never gated
-    /// below saturation 1.0.
-    SoftReflectiveCeiling,
-    /// `priority-holdback-policy` ([`super::priority_holdback`]): fixed ceilings spread
-    /// linearly from `maxCeiling` (top band) to `minCeiling` (bottom band).
-    PriorityHoldback(super::priority_holdback::Holdback),
-}
-
-impl Default for UsageLimit {
-    /// `static-usage-limit-policy` at 1.0: no gating below full saturation.
-    fn default() -> Self {
-        UsageLimit::Static(1.0)
-    }
-}
-
-impl UsageLimit {
-    /// Writes one ceiling per band into `ceilings` (saturation units; `priorities` highest
-    /// first, `ceilings` the same length and pre-filled with 1.0). `tick` is the policy's
-    /// dispatch-spreading counter (only `soft-reflective-ceiling-policy` reads and advances
-    /// it).
-    pub fn compute(
-        &self,
-        saturation: f64,
-        priorities: &[i32],
-        ceilings: &mut [f64],
-        tick: &mut u64,
-    ) {
-        match *self {
-            UsageLimit::Static(t) => ceilings.iter_mut().for_each(|c| *c = t),
-            UsageLimit::SoftReflectiveCeiling => {
-                super::soft_reflective_ceiling::compute(saturation, ceilings, tick)
-            }
-            UsageLimit::PriorityHoldback(h) => h.compute(priorities, ceilings),
-        }
-    }
-}
 
 /// The dispatch gate of one flow controller: its policy, the policy's state (the
 /// soft-reflective tick) and reusable buffers (no allocation per attempt once sized).
@@ -152,8 +109,8 @@ impl Limiter {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::flow::config::FlowControlConfig;
     use crate::flow::queues::Item;
+    use crate::flow::settings::FlowControlConfig;
     use std::sync::Arc;
 
     /// Queues with bands 10, 0 and -10 and one request queued at each of `queued`.

@@ -26,8 +26,8 @@
 //!   Source: llm-d approx-prefix-cache-producer.
 
 use crate::plugin::{ResponseCtx, ResponseHeader};
+use crate::plugin_build::{decode, effective, BuildCtx, Built, PluginError, PluginType, Stage};
 use crate::prefix::{BlockHasher, PrefixIndex};
-use crate::registry::{decode, effective, BuildCtx, Built, PluginError, PluginType, Stage};
 use serde::{Deserialize, Serialize};
 use serde_yaml_ng::Value;
 use std::sync::Arc;

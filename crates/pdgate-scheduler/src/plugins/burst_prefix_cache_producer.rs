@@ -56,9 +56,9 @@
 //!   Source: llm-d `pkg/epp/framework/plugins/requestcontrol/dataproducer/burstprefix`
 //!   (`plugin.go`, `assign.go`, `types.go`).
 
+use crate::plugin_build::{decode, effective, BuildCtx, Built, PluginError, PluginType, Stage};
 pub use crate::prefix::burst::{Balance, BurstConfig, BurstIndex};
 use crate::prefix::{BlockHasher, PrefixSource};
-use crate::registry::{decode, effective, BuildCtx, Built, PluginError, PluginType, Stage};
 use serde::{Deserialize, Serialize};
 use serde_yaml_ng::Value;
 use std::sync::Arc;

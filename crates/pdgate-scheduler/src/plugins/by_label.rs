@@ -16,7 +16,7 @@
 
 use super::label_selector_filter::{LabelSelector, Requirement};
 use crate::plugin::{Candidates, Filter};
-use crate::registry::{decode, effective, BuildCtx, Built, PluginError, PluginType, Stage};
+use crate::plugin_build::{decode, effective, BuildCtx, Built, PluginError, PluginType, Stage};
 use crate::request::RequestCtx;
 use serde::{Deserialize, Serialize};
 use serde_yaml_ng::Value;

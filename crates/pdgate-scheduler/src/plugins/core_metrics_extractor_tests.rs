@@ -1,6 +1,7 @@
 //! Unit tests of `core_metrics_extractor.rs`.
 
 use super::*;
+use std::collections::BTreeMap;
 
 fn engines(yaml: &str) -> Result<EngineMetrics, PluginError> {
     let v: Value = serde_yaml_ng::from_str(yaml).unwrap();

@@ -8,9 +8,9 @@
 //!   `encode-prefill-decode`, and endpoints with no role label (llm-d: unlabeled = decode).
 //! - **Limitations:** an unknown role value counts as no role, so it passes.
 
+use crate::plugin_build::{BuildCtx, Built, PluginError, PluginType, Stage};
 use crate::plugins::role_filter;
-use crate::registry::{BuildCtx, Built, PluginError, PluginType, Stage};
-use pdgate_api::Role;
+use pdgate_api::{Phase, Role};
 use serde_yaml_ng::Value;
 
 /// Registry entry.
@@ -22,7 +22,7 @@ pub const TYPE: PluginType = PluginType {
 
 /// The rule: which roles this filter keeps (`None` = no role label).
 pub fn keeps(role: Option<Role>) -> bool {
-    role.is_none_or(|r| r.can_decode())
+    crate::pins::phase_accepts(Phase::Decode, role)
 }
 
 fn build(params: Option<&Value>, _: &mut BuildCtx<'_>) -> Result<Built, PluginError> {

@@ -31,10 +31,10 @@
 
 use crate::endpoint::EndpointState;
 use crate::error::Rejection;
+use crate::plugin::conditional_verdict;
 use crate::plugin::{Decider, Decision, ProfileHandler, ProfileRunner};
-use crate::registry::{decode, effective, BuildCtx, Built, PluginError, PluginType, Stage};
+use crate::plugin_build::{decode, effective, BuildCtx, Built, PluginError, PluginType, Stage};
 use crate::request::{RequestCtx, RequestState, SchedulingResult};
-use crate::scheduler::conditional_verdict;
 use pdgate_api::Phase;
 use serde::{Deserialize, Serialize};
 use serde_yaml_ng::Value;

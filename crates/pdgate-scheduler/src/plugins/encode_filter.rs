@@ -9,9 +9,9 @@
 //! - **Limitations:** unlabeled endpoints, and endpoints with an unknown role value, are
 //!   dropped (like `prefill-filter`; only `decode-filter` keeps unlabeled endpoints).
 
+use crate::plugin_build::{BuildCtx, Built, PluginError, PluginType, Stage};
 use crate::plugins::role_filter;
-use crate::registry::{BuildCtx, Built, PluginError, PluginType, Stage};
-use pdgate_api::Role;
+use pdgate_api::{Phase, Role};
 use serde_yaml_ng::Value;
 
 /// Registry entry.
@@ -23,7 +23,7 @@ pub const TYPE: PluginType = PluginType {
 
 /// The rule: which roles this filter keeps (`None` = no role label).
 pub fn keeps(role: Option<Role>) -> bool {
-    role.is_some_and(|r| r.can_encode())
+    crate::pins::phase_accepts(Phase::Encode, role)
 }
 
 fn build(params: Option<&Value>, _: &mut BuildCtx<'_>) -> Result<Built, PluginError> {

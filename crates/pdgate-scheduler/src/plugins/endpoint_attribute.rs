@@ -7,7 +7,7 @@
 //! Source: llm-d `pkg/epp/framework/plugins/datalayer/attribute/metrics/data_types.go`.
 
 use crate::endpoint::EndpointLoad;
-use crate::registry::PluginError;
+use crate::plugin_params::PluginError;
 
 /// The producer an attribute is read from when `producer` is omitted (llm-d's default).
 pub const DEFAULT_PRODUCER: &str = "core-metrics-extractor";

@@ -42,10 +42,10 @@
 //!   key resolution in `pkg/epp/framework/plugins/datalayer/attribute/metrics/data_types.go`.
 
 use crate::plugin::{Candidates, Filter};
+use crate::plugin_build::{decode, effective, BuildCtx, Built, PluginError, PluginType, Stage};
 pub use crate::plugins::endpoint_attribute::{
     Attribute, DEFAULT_PRODUCER, GPU_UTILIZATION, HARDWARE_PRODUCER,
 };
-use crate::registry::{decode, effective, BuildCtx, Built, PluginError, PluginType, Stage};
 use crate::request::RequestCtx;
 use serde::{Deserialize, Serialize};
 use serde_yaml_ng::Value;

@@ -17,8 +17,8 @@
 //! - **Source:** llm-d-router
 //!   `pkg/epp/framework/plugins/datalayer/source/notifications/endpoint_datasource.go`.
 
-use crate::config::DataPlugin;
-use crate::registry::{decode, BuildCtx, Built, NoParams, PluginError, PluginType, Stage};
+use crate::datalayer::DataPlugin;
+use crate::plugin_build::{decode, BuildCtx, Built, NoParams, PluginError, PluginType, Stage};
 use serde_yaml_ng::Value;
 
 /// Registry entry.

@@ -17,10 +17,10 @@
 //!   load-time error here, where llm-d fails each header-less request instead.
 
 use crate::error::Rejection;
+use crate::plugin::phase_of_profile;
 use crate::plugin::{ProfileHandler, ProfileRunner};
-use crate::registry::{decode, effective, BuildCtx, Built, PluginError, PluginType, Stage};
+use crate::plugin_build::{decode, effective, BuildCtx, Built, PluginError, PluginType, Stage};
 use crate::request::{RequestCtx, SchedulingResult};
-use crate::scheduler::phase_of_profile;
 use serde::{Deserialize, Serialize};
 use serde_yaml_ng::Value;
 use std::sync::Arc;

@@ -13,7 +13,7 @@
 //!
 //! Source: llm-d-router `pkg/epp/framework/plugins/datalayer/source/http/datasource.go`.
 
-use crate::registry::{decode, effective, PluginError};
+use crate::plugin_params::{decode, effective, PluginError};
 use serde::{Deserialize, Serialize};
 use serde_yaml_ng::Value;
 use std::time::Duration;

@@ -11,7 +11,7 @@
 
 use crate::endpoint::EndpointState;
 use crate::plugin::Scorer;
-use crate::registry::{decode, BuildCtx, Built, NoParams, PluginError, PluginType, Stage};
+use crate::plugin_build::{decode, BuildCtx, Built, NoParams, PluginError, PluginType, Stage};
 use crate::request::RequestCtx;
 use serde_yaml_ng::Value;
 use std::sync::Arc;

@@ -17,7 +17,7 @@
 //!   naming `matchExpressions[i].operator`.
 
 use crate::plugin::{Candidates, Filter};
-use crate::registry::{decode, effective, BuildCtx, Built, PluginError, PluginType, Stage};
+use crate::plugin_build::{decode, effective, BuildCtx, Built, PluginError, PluginType, Stage};
 use crate::request::RequestCtx;
 use serde::{Deserialize, Serialize};
 use serde_yaml_ng::Value;

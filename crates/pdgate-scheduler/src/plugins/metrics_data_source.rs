@@ -21,11 +21,13 @@
 //! - **Source:** llm-d-router `pkg/epp/framework/plugins/datalayer/source/metrics/datasource.go`,
 //!   `source/http/datasource.go`.
 
-use crate::config::DataPlugin;
+use crate::datalayer::DataPlugin;
+pub use crate::datalayer::{
+    metrics_period as period, MetricsSource, DEFAULT_METRICS_PATH as DEFAULT_PATH, MIN_INTERVAL,
+};
+use crate::plugin_build::{BuildCtx, Built, PluginError, PluginType, Stage};
 use crate::plugins::http_source;
-use crate::registry::{BuildCtx, Built, PluginError, PluginType, Stage};
 use serde_yaml_ng::Value;
-use std::time::Duration;
 
 /// Registry entry.
 pub const TYPE: PluginType = PluginType {
@@ -33,63 +35,6 @@ pub const TYPE: PluginType = PluginType {
     stage: Stage::Producer,
     build,
 };
-
-/// Default `path`.
-pub const DEFAULT_PATH: &str = "/metrics";
-/// Shortest scrape period an `interval` gives (llm-d's minimum base tick, 50 ms).
-pub const MIN_INTERVAL: Duration = Duration::from_millis(50);
-
-/// What a metrics source tells the scraper.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct MetricsSource {
-    /// URL path, e.g. `/metrics`.
-    pub path: String,
-    /// Port replacing the endpoint's own.
-    pub port: Option<u16>,
-    /// Scrape period; `None` = every `--scrape-interval`.
-    pub interval: Option<Duration>,
-}
-
-impl Default for MetricsSource {
-    fn default() -> Self {
-        MetricsSource {
-            path: DEFAULT_PATH.into(),
-            port: None,
-            interval: None,
-        }
-    }
-}
-
-impl MetricsSource {
-    /// The scrape period with base tick `base` (`--scrape-interval`): `base` without an
-    /// interval (or a zero one); a shorter interval replaces it (at least [`MIN_INTERVAL`]);
-    /// a longer one is rounded to the nearest multiple of `base`.
-    pub fn period(&self, base: Duration) -> Duration {
-        period(self.interval, base)
-    }
-
-    /// The address to scrape for an endpoint at `address` (`host:port`, `[v6]:port`): the
-    /// same, or with the port replaced by `port`.
-    pub fn address(&self, address: &str) -> String {
-        match (self.port, address.rsplit_once(':')) {
-            (Some(p), Some((host, _))) => format!("{host}:{p}"),
-            _ => address.to_string(),
-        }
-    }
-}
-
-/// [`MetricsSource::period`] of an optional `interval`.
-pub fn period(interval: Option<Duration>, base: Duration) -> Duration {
-    match interval {
-        None => base,
-        Some(iv) if iv.is_zero() => base,
-        Some(iv) if iv <= base => iv.max(MIN_INTERVAL).min(base),
-        Some(iv) => {
-            let n = (iv.as_secs_f64() / base.as_secs_f64()).round().max(1.0);
-            base.saturating_mul(n as u32)
-        }
-    }
-}
 
 fn build(params: Option<&Value>, _: &mut BuildCtx<'_>) -> Result<Built, PluginError> {
     let c = http_source::check(params, TYPE.name, DEFAULT_PATH, true)?;
@@ -108,6 +53,7 @@ fn build(params: Option<&Value>, _: &mut BuildCtx<'_>) -> Result<Built, PluginEr
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     fn source(yaml: &str) -> Result<(MetricsSource, Value), PluginError> {
         let v: Value = serde_yaml_ng::from_str(yaml).unwrap();

@@ -39,7 +39,7 @@
 
 use crate::endpoint::{EndpointState, Snapshot};
 use crate::plugin::PreRequest;
-use crate::registry::{decode, effective, BuildCtx, Built, PluginError, PluginType, Stage};
+use crate::plugin_build::{decode, effective, BuildCtx, Built, PluginError, PluginType, Stage};
 use crate::request::{RequestCtx, SchedulingResult};
 use lru::LruCache;
 use parking_lot::RwLock;

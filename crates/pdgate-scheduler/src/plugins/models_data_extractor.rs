@@ -11,8 +11,8 @@
 //!   this extractor; llm-d stores it as an endpoint attribute no in-tree plugin reads.
 //! - **Source:** llm-d-router `pkg/epp/framework/plugins/datalayer/extractor/models/extractor.go`.
 
-use crate::config::DataPlugin;
-use crate::registry::{decode, BuildCtx, Built, NoParams, PluginError, PluginType, Stage};
+use crate::datalayer::DataPlugin;
+use crate::plugin_build::{decode, BuildCtx, Built, NoParams, PluginError, PluginType, Stage};
 use serde_yaml_ng::Value;
 
 /// Registry entry.

@@ -19,11 +19,11 @@
 //!   - No `https`.
 //! - **Source:** llm-d-router `pkg/epp/framework/plugins/datalayer/source/models/datasource.go`.
 
-use crate::config::DataPlugin;
+use crate::datalayer::DataPlugin;
+pub use crate::datalayer::{ModelsSource, DEFAULT_MODELS_PATH as DEFAULT_PATH};
+use crate::plugin_build::{BuildCtx, Built, PluginError, PluginType, Stage};
 use crate::plugins::http_source;
-use crate::registry::{BuildCtx, Built, PluginError, PluginType, Stage};
 use serde_yaml_ng::Value;
-use std::time::Duration;
 
 /// Registry entry.
 pub const TYPE: PluginType = PluginType {
@@ -31,41 +31,6 @@ pub const TYPE: PluginType = PluginType {
     stage: Stage::Producer,
     build,
 };
-
-/// Default `path`.
-pub const DEFAULT_PATH: &str = "/v1/models";
-
-/// What a models source tells the scraper.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ModelsSource {
-    /// URL path, e.g. `/v1/models`.
-    pub path: String,
-    /// Re-read period; `None` = pdgate's cadence.
-    pub interval: Option<Duration>,
-}
-
-impl Default for ModelsSource {
-    fn default() -> Self {
-        ModelsSource {
-            path: DEFAULT_PATH.into(),
-            interval: None,
-        }
-    }
-}
-
-impl ModelsSource {
-    /// Every how many metrics scrapes (of period `scrape`) the list is re-read: `default`
-    /// without an interval, else `interval / scrape` rounded, at least 1.
-    pub fn every(&self, scrape: Duration, default: u32) -> u32 {
-        match self.interval {
-            None => default.max(1),
-            Some(iv) => {
-                let n = (iv.as_secs_f64() / scrape.as_secs_f64().max(1e-9)).round();
-                n.clamp(1.0, u32::MAX as f64) as u32
-            }
-        }
-    }
-}
 
 fn build(params: Option<&Value>, _: &mut BuildCtx<'_>) -> Result<Built, PluginError> {
     let c = http_source::check(params, TYPE.name, DEFAULT_PATH, false)?;
@@ -83,6 +48,7 @@ fn build(params: Option<&Value>, _: &mut BuildCtx<'_>) -> Result<Built, PluginEr
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     fn source(yaml: &str) -> Result<ModelsSource, PluginError> {
         let v: Value = serde_yaml_ng::from_str(yaml).unwrap();

@@ -27,8 +27,8 @@
 
 use crate::endpoint::EndpointState;
 use crate::plugin::{PreRequest, Scorer};
+use crate::plugin_build::{decode, effective, BuildCtx, Built, PluginError, PluginType, Stage};
 use crate::prefix::PrefixSource;
-use crate::registry::{decode, effective, BuildCtx, Built, PluginError, PluginType, Stage};
 use crate::request::{RequestCtx, RequestState, SchedulingResult};
 use serde::{Deserialize, Serialize};
 use serde_yaml_ng::Value;

@@ -18,8 +18,8 @@
 
 use crate::endpoint::EndpointState;
 use crate::plugin::Scorer;
+use crate::plugin_build::{decode, effective, BuildCtx, Built, PluginError, PluginType, Stage};
 use crate::prefix::PrefixSource;
-use crate::registry::{decode, effective, BuildCtx, Built, PluginError, PluginType, Stage};
 use crate::request::RequestCtx;
 use serde::{Deserialize, Serialize};
 use serde_yaml_ng::Value;

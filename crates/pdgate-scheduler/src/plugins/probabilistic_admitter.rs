@@ -37,7 +37,7 @@
 use crate::endpoint::EndpointState;
 use crate::flow::detector::{known, Reading, Thresholds};
 use crate::plugin::Admitter;
-use crate::registry::{decode, effective, BuildCtx, Built, PluginError, PluginType, Stage};
+use crate::plugin_build::{decode, effective, BuildCtx, Built, PluginError, PluginType, Stage};
 use crate::request::RequestCtx;
 use serde::{Deserialize, Serialize};
 use serde_yaml_ng::Value;
@@ -198,7 +198,7 @@ impl Admitter for ProbabilisticAdmitter {
         priority: i32,
         candidates: &[&Arc<EndpointState>],
     ) -> Result<(), String> {
-        if !crate::flow::sheddable(priority) || candidates.is_empty() {
+        if !crate::flow::policy::sheddable(priority) || candidates.is_empty() {
             return Ok(());
         }
         let sat = self.saturation(candidates);

@@ -10,7 +10,7 @@
 use super::max_score_picker::PickerParams;
 use crate::endpoint::EndpointState;
 use crate::plugin::Picker;
-use crate::registry::{effective, BuildCtx, Built, PluginError, PluginType, Stage};
+use crate::plugin_build::{effective, BuildCtx, Built, PluginError, PluginType, Stage};
 use rand::Rng;
 use serde_yaml_ng::Value;
 use std::sync::Arc;

@@ -3,7 +3,7 @@
 //! plugin's predicate. Each filter's own module documents its rule.
 
 use crate::plugin::{Candidates, Filter};
-use crate::registry::{decode, Built, NoParams, PluginError};
+use crate::plugin_build::{decode, Built, NoParams, PluginError};
 use crate::request::RequestCtx;
 use pdgate_api::Role;
 use serde_yaml_ng::Value;

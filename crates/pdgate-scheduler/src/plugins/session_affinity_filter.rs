@@ -15,8 +15,8 @@
 //!   Source: pdgate (issue 5); token format of llm-d `session-affinity-scorer`.
 
 use crate::plugin::{Candidates, Filter};
+use crate::plugin_build::{decode, BuildCtx, Built, NoParams, PluginError, PluginType, Stage};
 use crate::plugins::session_affinity_scorer::decode_token;
-use crate::registry::{decode, BuildCtx, Built, NoParams, PluginError, PluginType, Stage};
 use crate::request::RequestCtx;
 use pdgate_api::headers::SESSION_TOKEN;
 use serde_yaml_ng::Value;

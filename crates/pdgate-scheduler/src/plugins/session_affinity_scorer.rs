@@ -27,7 +27,7 @@
 
 use crate::endpoint::EndpointState;
 use crate::plugin::{PreRequest, ResponseCtx, ResponseHeader, Scorer};
-use crate::registry::{decode, BuildCtx, Built, NoParams, PluginError, PluginType, Stage};
+use crate::plugin_build::{decode, BuildCtx, Built, NoParams, PluginError, PluginType, Stage};
 use crate::request::{RequestCtx, SchedulingResult};
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine as _;

@@ -10,7 +10,7 @@
 
 use crate::error::Rejection;
 use crate::plugin::{ProfileHandler, ProfileRunner};
-use crate::registry::{decode, BuildCtx, Built, NoParams, PluginError, PluginType, Stage};
+use crate::plugin_build::{decode, BuildCtx, Built, NoParams, PluginError, PluginType, Stage};
 use crate::request::{RequestCtx, SchedulingResult};
 use pdgate_api::Phase;
 use serde_yaml_ng::Value;

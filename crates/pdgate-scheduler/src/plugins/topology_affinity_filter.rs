@@ -22,8 +22,8 @@
 //!   Source: llm-d `pkg/epp/framework/plugins/scheduling/filter/topologyaffinity/filter.go`.
 
 use crate::plugin::{Candidates, Filter};
+use crate::plugin_build::{decode, effective, BuildCtx, Built, PluginError, PluginType, Stage};
 use crate::plugins::topology_extractor::{self, Level, Params as Labels, Topology};
-use crate::registry::{decode, effective, BuildCtx, Built, PluginError, PluginType, Stage};
 use crate::request::RequestCtx;
 use serde::{Deserialize, Serialize};
 use serde_yaml_ng::Value;
@@ -80,7 +80,7 @@ impl Filter for TopologyAffinityFilter {
         let Some(pt) = self.labels.topology(&peer.endpoint.labels) else {
             return;
         };
-        let near = |c: &&Arc<crate::EndpointState>| {
+        let near = |c: &&Arc<crate::endpoint::EndpointState>| {
             self.near(&pt, self.labels.topology(&c.endpoint.labels))
         };
         if candidates.iter().any(near) {
@@ -120,9 +120,9 @@ fn build(params: Option<&Value>, ctx: &mut BuildCtx<'_>) -> Result<Built, Plugin
 #[cfg(test)]
 pub(crate) mod testing {
     use crate::endpoint::EndpointState;
+    use crate::plugin_build::{BuildCtx, Built, PluginError};
     use crate::plugins::disagg_profile_handler::PEER_ENDPOINT;
     use crate::plugins::testutil::ep_labels;
-    use crate::registry::{BuildCtx, Built, PluginError};
     use crate::request::{RequestCtx, SchedulingRequest};
     use pdgate_api::PromptInput;
     use serde_yaml_ng::Value;
@@ -130,7 +130,7 @@ pub(crate) mod testing {
 
     /// Builds plugin `factory` with `params` next to a default `topology-extractor`.
     pub fn build_with_extractor(
-        factory: crate::registry::Factory,
+        factory: crate::plugin_build::Factory,
         params: &str,
     ) -> Result<Built, PluginError> {
         let mut none = BuildCtx {

@@ -23,8 +23,8 @@
 //!   `pkg/epp/framework/plugins/scheduling/util/topology/{level.go,peer.go}`.
 
 use crate::endpoint::EndpointState;
+use crate::plugin_build::{decode, effective, BuildCtx, Built, PluginError, PluginType, Stage};
 use crate::plugins::disagg_profile_handler::PEER_ENDPOINT;
-use crate::registry::{decode, effective, BuildCtx, Built, PluginError, PluginType, Stage};
 use crate::request::RequestCtx;
 use serde::{Deserialize, Serialize};
 use serde_yaml_ng::Value;

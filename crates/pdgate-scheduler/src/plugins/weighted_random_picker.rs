@@ -16,7 +16,7 @@
 
 use crate::endpoint::EndpointState;
 use crate::plugin::Picker;
-use crate::registry::{decode, effective, BuildCtx, Built, PluginError, PluginType, Stage};
+use crate::plugin_build::{decode, effective, BuildCtx, Built, PluginError, PluginType, Stage};
 use rand::seq::SliceRandom;
 use rand::Rng;
 use serde::{Deserialize, Serialize};

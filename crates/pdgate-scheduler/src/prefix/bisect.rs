@@ -3,7 +3,7 @@
 //! shrinks as *i* grows, so every endpoint's matched length is found with
 //! O(distinct lengths × log blocks) lookups.
 
-use super::BuildPassThrough;
+use super::passthrough::BuildPassThrough;
 use smallvec::SmallVec;
 use std::collections::HashMap;
 

@@ -4,8 +4,9 @@
 //! placed. Pure and clock-injected: every call takes `now_ms`.
 
 use crate::endpoint::EndpointState;
-use crate::prefix::{BlockHasher, BuildPassThrough};
-use crate::request::RequestState;
+use crate::prefix::hash::BlockHasher;
+use crate::prefix::passthrough::BuildPassThrough;
+use crate::request_state::RequestState;
 use smallvec::SmallVec;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -219,7 +220,8 @@ fn running(e: &EndpointState) -> f64 {
 }
 
 /// The producer's state: the current batch and its placements. Pure and clock-injected
-/// (every call takes `now_ms`); [`PrefixSource::Burst`] passes [`crate::monotonic_ms`].
+/// (every call takes `now_ms`); [`PrefixSource::Burst`] passes the request's
+/// [`crate::SchedulingRequest::now_ms`].
 #[derive(Debug)]
 pub struct BurstIndex {
     id: u64,

@@ -12,7 +12,8 @@
 //! at most ([`PrefixStats::bytes`] gives the current estimate).
 
 use super::bisect::Bisect;
-use super::{BlockHasher, BuildPassThrough};
+use super::hash::BlockHasher;
+use super::passthrough::BuildPassThrough;
 use crate::endpoint::EndpointState;
 use lru::LruCache;
 use parking_lot::RwLock;

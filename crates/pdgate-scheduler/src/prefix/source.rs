@@ -4,10 +4,12 @@
 //! walk) or the burst producer's placements (`burst-prefix-cache-producer`). One enum,
 //! resolved once at config load by `BuildCtx::producer`.
 
-use super::{BlockHasher, PreciseIndex, PrefixIndex, PrefixStats};
+use super::burst::BurstIndex;
+use super::hash::BlockHasher;
+use super::index::{PrefixIndex, PrefixStats};
+use super::precise::PreciseIndex;
 use crate::endpoint::EndpointState;
-use crate::plugins::burst_prefix_cache_producer::BurstIndex;
-use crate::request::RequestState;
+use crate::request_state::RequestState;
 use std::sync::Arc;
 
 /// A prefix producer's index.
@@ -47,52 +49,53 @@ impl PrefixSource {
         self.hasher().block_tokens
     }
 
-    /// [`Self::match_lengths`] for the request whose state is `state`: the burst producer
-    /// places the request among `endpoints` (once per candidate set, at
-    /// [`crate::monotonic_ms`]) and answers from its placement; the others ignore `state`.
+    /// [`Self::match_lengths`] for the request whose state is `state`, scheduled at `now_ms`
+    /// (ms, [`crate::monotonic_ms`] clock): the burst producer places the request among
+    /// `endpoints` (once per candidate set, at `now_ms`) and answers from its placement; the
+    /// others ignore `state`.
     pub fn match_lengths_for(
         &self,
         state: &RequestState,
         hashes: &[u64],
         endpoints: &[&Arc<EndpointState>],
+        now_ms: u64,
         out: &mut Vec<usize>,
     ) {
         match self {
-            PrefixSource::Burst(i) => {
-                i.match_lengths_at(state, hashes, endpoints, crate::monotonic_ms(), out)
-            }
-            _ => self.match_lengths(hashes, endpoints, out),
+            PrefixSource::Burst(i) => i.match_lengths_at(state, hashes, endpoints, now_ms, out),
+            _ => self.match_lengths(hashes, endpoints, now_ms, out),
         }
     }
 
-    /// [`Self::match_length`] for the request whose state is `state` (the burst producer:
-    /// all of `hashes` when the request was placed on `endpoint`, else 0).
+    /// [`Self::match_length`] at `now_ms` for the request whose state is `state` (the burst
+    /// producer: all of `hashes` when the request was placed on `endpoint`, else 0).
     pub fn match_length_for(
         &self,
         state: &RequestState,
         hashes: &[u64],
         endpoint: &EndpointState,
+        now_ms: u64,
     ) -> usize {
         match self {
             PrefixSource::Burst(i) => i.match_length_for(state, hashes, endpoint),
-            _ => self.match_length(hashes, endpoint),
+            _ => self.match_length(hashes, endpoint, now_ms),
         }
     }
 
-    /// Matched prefix blocks of `hashes` on each of `endpoints`, written to `out` (the
-    /// precise index reads at [`crate::monotonic_ms`] for speculative credits; the burst
-    /// producer, without a request to place, answers 0).
+    /// Matched prefix blocks of `hashes` on each of `endpoints` at `now_ms` (ms,
+    /// [`crate::monotonic_ms`] clock), written to `out` (the precise index counts the
+    /// speculative credits still valid at `now_ms`; the burst producer, without a request to
+    /// place, answers 0).
     pub fn match_lengths(
         &self,
         hashes: &[u64],
         endpoints: &[&Arc<EndpointState>],
+        now_ms: u64,
         out: &mut Vec<usize>,
     ) {
         match self {
             PrefixSource::Approx(i) => i.match_lengths(hashes, endpoints, out),
-            PrefixSource::Precise(i) => {
-                i.match_lengths_at(hashes, endpoints, crate::monotonic_ms(), out)
-            }
+            PrefixSource::Precise(i) => i.match_lengths_at(hashes, endpoints, now_ms, out),
             PrefixSource::Burst(_) => {
                 out.clear();
                 out.resize(endpoints.len(), 0);
@@ -100,11 +103,11 @@ impl PrefixSource {
         }
     }
 
-    /// Matched prefix blocks of `hashes` on `endpoint`.
-    pub fn match_length(&self, hashes: &[u64], endpoint: &EndpointState) -> usize {
+    /// Matched prefix blocks of `hashes` on `endpoint` at `now_ms` (as [`Self::match_lengths`]).
+    pub fn match_length(&self, hashes: &[u64], endpoint: &EndpointState, now_ms: u64) -> usize {
         match self {
             PrefixSource::Approx(i) => i.match_length(hashes, endpoint),
-            PrefixSource::Precise(i) => i.match_length_at(hashes, endpoint, crate::monotonic_ms()),
+            PrefixSource::Precise(i) => i.match_length_at(hashes, endpoint, now_ms),
             PrefixSource::Burst(_) => 0,
         }
     }

@@ -94,6 +94,8 @@ impl<'a> EngineDispatch<'a> {
                 profile: Some(profile),
                 headers: &pdgate_core::intake::SchedulerHeaders(&view),
                 avoid: Some(avoid),
+                // The scheduler reads no clock: every time-dependent decision uses this.
+                now_ms: pdgate_scheduler::monotonic_ms(),
                 ..SchedulingRequest::new(&rid, &self.req.model, prompt)
             },
             &snapshot,

@@ -65,8 +65,8 @@ use crate::plugin::{
     Candidates, MetricKind, MetricsSource, PluginMetric, RequestRejected, ResponseCtx,
     ResponseHeader, Screener,
 };
+use crate::plugin_build::{decode, effective, BuildCtx, Built, PluginError, PluginType, Stage};
 use crate::plugins::label_selector_filter::{LabelSelector, Operator, Requirement};
-use crate::registry::{decode, effective, BuildCtx, Built, PluginError, PluginType, Stage};
 use crate::request::RequestCtx;
 use arc_swap::ArcSwapOption;
 use lru::LruCache;

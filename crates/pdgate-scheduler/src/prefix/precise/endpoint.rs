@@ -7,7 +7,7 @@
 use super::engine_blocks::EngineBlocks;
 use super::holders::{Confirmed, Shards, Speculated};
 use super::stats::KvEventCounts;
-use crate::prefix::{chain, seed, token_block_hash};
+use crate::prefix::hash::{chain, seed, token_block_hash};
 use pdgate_api::kv_events::{BlockStored, EngineHash};
 use smallvec::SmallVec;
 use std::collections::VecDeque;

@@ -6,7 +6,7 @@
 //! Sharded by hash so that a writer holds one shard for one block at a time: a pick reading
 //! a prompt's blocks never waits behind a whole event batch.
 
-use crate::prefix::BuildPassThrough;
+use crate::prefix::passthrough::BuildPassThrough;
 use parking_lot::RwLock;
 use smallvec::SmallVec;
 use std::collections::HashMap;

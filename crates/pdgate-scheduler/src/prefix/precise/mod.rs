@@ -37,7 +37,7 @@
 //! **Speculation.** With a TTL set, the picked endpoint is credited with the prompt's blocks
 //! at pick time, until `now + ttl` unless its events confirm them first (llm-d
 //! `speculativeIndexing`, `speculativeTTL`). Time is the caller's (`now_ms`), so tests are
-//! deterministic; the scheduler passes [`crate::monotonic_ms`].
+//! deterministic; the scheduler passes the request's [`crate::SchedulingRequest::now_ms`].
 //!
 //! **Concurrency.** Each endpoint's state has its own mutex (its subscriber is the one
 //! writer); the shared block map is sharded and written one block at a time, so a pick
@@ -58,7 +58,8 @@ pub use config::{
 pub use stats::{EndpointDump, KvEventCounts, PreciseDump};
 
 use crate::endpoint::EndpointState;
-use crate::prefix::{BlockHasher, PrefixStats};
+use crate::prefix::hash::BlockHasher;
+use crate::prefix::index::PrefixStats;
 use endpoint::{EndpointIndex, Limits};
 use holders::Shards;
 use parking_lot::{Mutex, RwLock};
