@@ -39,10 +39,15 @@ fn probe(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
     }
 }
 
-/// A plain (not `SO_REUSEPORT`) bind of `addr`, dual-stack for `[::]`: it fails when any
-/// other listener holds the port, so two routers never silently share one.
+/// A bind of `addr` without `SO_REUSEPORT`, dual-stack for `[::]`: it fails when any other
+/// listener holds the port, so two routers never silently share one. With `SO_REUSEADDR`,
+/// as every listener here: connections of a predecessor left in TIME-WAIT (a restart closes
+/// its keep-alive connections) do not hold the port — on Linux `SO_REUSEADDR` never lets two
+/// live listeners share a port, only a listener bind over TIME-WAIT (issue 27: without it a
+/// successor was refused for the 60 s of TIME-WAIT).
 fn bind_exclusive(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
     let socket = tcp_socket(addr)?;
+    socket.set_reuse_address(true)?;
     socket.bind(&addr.into())?;
     socket.listen(1)?;
     Ok(socket.into())
@@ -144,5 +149,43 @@ mod tests {
         // A free port works, with every thread on the same port.
         let bound = spawn_server_threads("127.0.0.1:0".parse().unwrap(), 2, &state).unwrap();
         assert_ne!(bound.port(), 0);
+    }
+
+    /// TCP connections in TIME-WAIT whose local port is `port` (`/proc/net/tcp`, state 06).
+    fn time_wait_on(port: u16) -> usize {
+        let table = std::fs::read_to_string("/proc/net/tcp").unwrap_or_default();
+        let local = format!(":{port:04X} ");
+        (table.lines().skip(1))
+            .filter(|l| {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                f.len() > 3 && format!("{} ", f[1]).ends_with(&local) && f[3] == "06"
+            })
+            .count()
+    }
+
+    #[test]
+    fn the_probe_binds_over_time_wait_but_not_over_a_live_listener() {
+        // A predecessor's listener that closed its accepted connections first (as a router
+        // closes idle keep-alive connections on SIGTERM): they stay in TIME-WAIT on its port.
+        let first = bind_exclusive("127.0.0.1:0".parse().unwrap()).unwrap();
+        let addr = first.local_addr().unwrap();
+        // One at a time: the probe's backlog is 1.
+        let clients: Vec<_> = (0..5)
+            .map(|_| {
+                let c = std::net::TcpStream::connect(addr).unwrap();
+                drop(first.accept().unwrap().0); // the server side closes first
+                c
+            })
+            .collect();
+        drop(first);
+        std::thread::sleep(Duration::from_millis(50));
+        drop(clients);
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(time_wait_on(addr.port()) >= 1, "TIME-WAIT on the port");
+        let successor = probe(addr).expect("a successor binds over TIME-WAIT");
+        // A live listener still holds the port against a second router.
+        let second = probe(addr).unwrap_err();
+        assert_eq!(second.kind(), std::io::ErrorKind::AddrInUse);
+        drop(successor);
     }
 }

@@ -51,6 +51,7 @@ mod e2e_plugins_topology;
 mod e2e_pre_steps;
 mod e2e_replicas;
 mod e2e_request_ctx;
+mod e2e_restart;
 mod e2e_retries;
 mod e2e_rollout;
 mod e2e_rollout_kube;
